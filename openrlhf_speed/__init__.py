@@ -1,0 +1,1 @@
+"""openrlhf_speed: SPEED-RL curriculum for OpenRLHF."""

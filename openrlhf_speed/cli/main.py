@@ -1,0 +1,39 @@
+"""`openrlhf-speed` console script: one entry point, one subcommand per job."""
+
+import sys
+
+COMMANDS = {
+    "train": ("openrlhf_speed.cli.train", "RL training through OpenRLHF's Ray PPO pipeline (accepts its flags)"),
+    "evaluate": ("openrlhf_speed.cli.evaluate", "held-out accuracy of a model folder on a jsonl file, via vLLM"),
+    "gen-data": ("openrlhf_speed.data.arithmetic", "write the embedded arithmetic dataset (train/test jsonl)"),
+    "prepare-model": ("openrlhf_speed.cli.prepare_model", "convert the embedded default model to an HF folder"),
+}
+
+ENTRY = {"openrlhf_speed.data.arithmetic": "main_generate"}
+
+
+def usage() -> str:
+    lines = ["usage: openrlhf-speed COMMAND [flags]  (openrlhf-speed COMMAND --help for its flags)", "", "commands:"]
+    lines += [f"  {name:<14} {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"openrlhf-speed: unknown command '{name}'\n\n{usage()}", file=sys.stderr)
+        return 2
+    import importlib
+
+    module_name = COMMANDS[name][0]
+    module = importlib.import_module(module_name)
+    result = getattr(module, ENTRY.get(module_name, "main"))(rest)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

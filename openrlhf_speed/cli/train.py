@@ -1,0 +1,71 @@
+"""`openrlhf-speed train`: OpenRLHF's own `train_ppo_ray` entry point, with our additions.
+
+OpenRLHF builds its parser, validates flags and calls `train(args)` inside the
+`if __name__ == "__main__":` block of `openrlhf.cli.train_ppo_ray`, so its flags cannot be
+imported as a function. We run that module as `__main__` (runpy) and hook three seams, so
+every OpenRLHF flag keeps its name, default, meaning and validation:
+
+1. `ArgumentParser.parse_args`: our flag groups (`--speed.*`, `--backend`, `--dry_run`, ...)
+   are added to OpenRLHF's parser just before it parses.
+2. `openrlhf.utils.config.hierarchize` (called right after parsing): resolves our defaults
+   (embedded model, embedded data, math reward), applies the CPU adjustments, validates our
+   flag combinations, and starts Ray with the compat runtime env, before OpenRLHF's own checks.
+3. `openrlhf.trainer.ppo_trainer.PPOTrainer` (imported inside `train()`): our trainer.
+"""
+
+import argparse
+import runpy
+import sys
+from contextlib import contextmanager
+
+from openrlhf_speed import compat
+from openrlhf_speed.cli import flags
+
+
+@contextmanager
+def _patched(obj, name, value):
+    original = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield original
+    finally:
+        setattr(obj, name, original)
+
+
+def main(argv=None) -> int:
+    compat.install()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    real_parse_args = argparse.ArgumentParser.parse_args
+
+    def parse_args(parser, args=None, namespace=None):
+        flags.add_arguments(parser)
+        return real_parse_args(parser, argv if args is None else args, namespace)
+
+    import openrlhf.trainer.ppo_trainer as ppo_trainer_module
+    import openrlhf.utils.config as config_module
+
+    from openrlhf_speed.rollout.trainer import make_trainer_class
+
+    real_hierarchize = config_module.hierarchize
+
+    def hierarchize(namespace):
+        args = real_hierarchize(namespace)
+        flags.prepare(args)  # may exit for --dry_run
+        return args
+
+    with _patched(argparse.ArgumentParser, "parse_args", parse_args), _patched(
+        config_module, "hierarchize", hierarchize
+    ), _patched(ppo_trainer_module, "PPOTrainer", make_trainer_class(ppo_trainer_module.PPOTrainer)):
+        saved_argv = sys.argv
+        sys.argv = ["openrlhf-speed train", *argv]
+        try:
+            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=False)
+        except flags.DryRunExit:
+            return 0
+        finally:
+            sys.argv = saved_argv
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

