@@ -9,7 +9,12 @@ CUDA-bound pieces:
 
 - the group: a `ProcessGroupGloo` on its own TCPStore, independent of the default
   torch.distributed group of either side (the same isolation the NCCL version has);
-- `WorkerWrap.update_weight`: receives into a CPU tensor and hands it to vLLM's `load_weights`.
+- `WorkerWrap.update_weight`: receives into a CPU tensor. vLLM's CPU backend repacks linear
+  weights for oneDNN after loading and drops the original parameters, so a lone
+  `load_weights((name, w))` cannot land; instead the received tensors are held until the
+  last parameter of the sync (OpenRLHF flags it with `empty_cache=True`) and then go through
+  vLLM's own in-place `model_runner.reload_weights`, which restores the checkpoint layout,
+  loads and repacks.
 
 gloo broadcasts bf16/fp16/fp32 directly (checked on torch 2.13; it refuses int16).
 """
@@ -52,8 +57,11 @@ def _cpu_update_weight(self, name, dtype, shape, empty_cache=False):
         raise RuntimeError("--vllm.sync_with_ray is not supported on CPU; the CPU mode syncs over gloo")
     weight = torch.empty(shape, dtype=dtype)
     self._model_update_group.broadcast(weight, src=0)
-    self.model_runner.model.load_weights(weights=[(name, weight)])
-    del weight
+    pending = self.__dict__.setdefault("_openrlhf_speed_pending", [])
+    pending.append((name, weight))
+    if empty_cache:  # the last parameter of this sync
+        self.model_runner.reload_weights(weights_iterator=list(pending), is_checkpoint_format=True)
+        pending.clear()
 
 
 def _patch_distributed_util(module):

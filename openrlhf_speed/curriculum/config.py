@@ -1,0 +1,152 @@
+"""Configuration of the SPEED scheduler and the one function that validates it.
+
+Every field maps to a command-line flag (`FLAGS`); validation messages name the flags, not
+the field names, because users meet them on the command line. OpenRLHF's own flags keep
+their names (`--rollout.n_samples_per_prompt`, `--rollout.batch_size`, `--train.seed`,
+`--train.num_episodes`); SPEED adds the `--speed.*` namespace.
+
+Departures from the paper (SPEED-RL, arXiv 2506.09016):
+- the pass-rate band (P_low, P_high) is configurable; the paper and its reference code fix
+  it at (0, 1);
+- "correct" is `reward >= correct_threshold`, so shaped rewards (e.g. a small format bonus
+  on wrong answers) cannot make an all-wrong screening look mixed;
+- the reference code crashes after a fixed number of generation rounds when too few
+  prompts qualify; here that hard limit is optional (`max_screened_per_batch`) and a
+  low qualification rate only warns (`warn_qualification_rate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+# Field name -> command-line flag, used in every validation and starvation message.
+FLAGS = {
+    "n_samples_per_prompt": "--rollout.n_samples_per_prompt",
+    "batch_prompts": "--rollout.batch_size",
+    "n_init": "--speed.n_init",
+    "pass_rate_low": "--speed.pass_rate_low",
+    "pass_rate_high": "--speed.pass_rate_high",
+    "max_inflight_prompts": "--speed.max_inflight_prompts",
+    "buffer_size": "--speed.buffer_size",
+    "strategy": "--speed.strategy",
+    "seed": "--train.seed",
+    "num_epochs": "--train.num_episodes",
+    "correct_threshold": "--speed.correct_threshold",
+    "max_screened_per_batch": "--speed.max_screened_per_batch",
+    "warn_qualification_rate": "--speed.warn_qualification_rate",
+}
+
+# Fields a resumed run may change (load_state_dict accepts them); the others define the
+# epoch order or the group layout, so changing them would lose or repeat prompts.
+RESUMABLE_CHANGES = (
+    "num_epochs",
+    "max_screened_per_batch",
+    "warn_qualification_rate",
+    "max_inflight_prompts",
+    "buffer_size",
+    "pass_rate_low",
+    "pass_rate_high",
+)
+
+
+@dataclasses.dataclass
+class SpeedConfig:
+    """Knobs of the curriculum. `None` for the two capacity knobs means "derive from B".
+
+    n_samples_per_prompt: N, responses per trained group (OpenRLHF's flag).
+    n_init: N_init, screening responses per prompt (`speed` strategy only); N_cont = N - N_init.
+    pass_rate_low / pass_rate_high: a prompt qualifies when low < pass rate < high.
+    batch_prompts: B, groups per training batch (OpenRLHF's `--rollout.batch_size`).
+    max_inflight_prompts: prompts with generation outstanding; default 2 * B.
+    buffer_size: bound on complete groups plus prompts in flight; default
+        max_inflight_prompts + B (see Scheduler for why in-flight prompts count).
+    strategy: a name in STRATEGIES.
+    seed: seeds the per-epoch permutation of prompt indices.
+    num_epochs: passes over the prompt set.
+    correct_threshold: a response is correct when its reward >= this.
+    max_screened_per_batch: raise StarvationError when more prompts than this were
+        screened since the last batch and the next batch is still not full. None: no limit.
+    warn_qualification_rate: warn when a batch window's qualification rate is below this.
+    """
+
+    n_samples_per_prompt: int = 8
+    n_init: int = 4
+    pass_rate_low: float = 0.0
+    pass_rate_high: float = 1.0
+    batch_prompts: int = 32
+    max_inflight_prompts: Optional[int] = None
+    buffer_size: Optional[int] = None
+    strategy: str = "speed"
+    seed: int = 0
+    num_epochs: int = 1
+    correct_threshold: float = 0.5
+    max_screened_per_batch: Optional[int] = None
+    warn_qualification_rate: float = 0.1
+
+    @property
+    def inflight_limit(self) -> int:
+        if self.max_inflight_prompts is None:
+            return 2 * self.batch_prompts
+        return self.max_inflight_prompts
+
+    @property
+    def buffer_limit(self) -> int:
+        if self.buffer_size is None:
+            return self.inflight_limit + self.batch_prompts
+        return self.buffer_size
+
+    def validate(self) -> "SpeedConfig":
+        """Raise ValueError listing every bad flag combination; return self when fine."""
+        errors = _generic_errors(self)
+        # Imported here: strategies import this module for type hints and defaults.
+        from .strategies import STRATEGIES
+
+        if self.strategy not in STRATEGIES:
+            errors.append(
+                f"{FLAGS['strategy']} {self.strategy!r} is not one of: {', '.join(sorted(STRATEGIES))}"
+            )
+        else:
+            errors.extend(STRATEGIES[self.strategy].check_config(self))
+        if errors:
+            raise ValueError("invalid SPEED configuration:\n  " + "\n  ".join(errors))
+        return self
+
+
+def _generic_errors(cfg: SpeedConfig) -> list[str]:
+    f = FLAGS
+    errors = []
+    if cfg.n_samples_per_prompt < 2:
+        errors.append(
+            f"{f['n_samples_per_prompt']} ({cfg.n_samples_per_prompt}) must be >= 2: "
+            "group baselines (RLOO, GRPO) need at least two responses per prompt"
+        )
+    if not 0.0 <= cfg.pass_rate_low < cfg.pass_rate_high <= 1.0:
+        errors.append(
+            f"need 0 <= {f['pass_rate_low']} ({cfg.pass_rate_low}) < "
+            f"{f['pass_rate_high']} ({cfg.pass_rate_high}) <= 1"
+        )
+    if cfg.batch_prompts < 1:
+        errors.append(f"{f['batch_prompts']} ({cfg.batch_prompts}) must be >= 1")
+    if cfg.inflight_limit < 1:
+        errors.append(f"{f['max_inflight_prompts']} ({cfg.max_inflight_prompts}) must be >= 1")
+    if cfg.buffer_limit < cfg.batch_prompts:
+        errors.append(
+            f"{f['buffer_size']} ({cfg.buffer_limit}) must be >= {f['batch_prompts']} "
+            f"({cfg.batch_prompts}): a batch is taken from the buffer"
+        )
+    if cfg.seed < 0:
+        errors.append(f"{f['seed']} ({cfg.seed}) must be >= 0 (it seeds numpy's permutation)")
+    if cfg.num_epochs < 1:
+        errors.append(f"{f['num_epochs']} ({cfg.num_epochs}) must be >= 1")
+    limit = cfg.max_screened_per_batch
+    if limit is not None and limit < cfg.batch_prompts:
+        errors.append(
+            f"{f['max_screened_per_batch']} ({limit}) must be None or >= "
+            f"{f['batch_prompts']} ({cfg.batch_prompts})"
+        )
+    if not 0.0 <= cfg.warn_qualification_rate <= 1.0:
+        errors.append(
+            f"{f['warn_qualification_rate']} ({cfg.warn_qualification_rate}) must be in [0, 1]"
+        )
+    return errors

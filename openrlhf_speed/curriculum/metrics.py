@@ -1,0 +1,165 @@
+"""Per-batch curriculum metrics and the starvation messages built from them.
+
+A *window* is everything that happened between two training batches (two `pop_batch`
+calls that returned a batch). With pre-fetching, the groups trained in a batch were
+partly generated in earlier windows, so per-window ratios that mix "trained" with
+"generated" (useful-token share) can exceed 1 on single steps; the `_cum` variants divide
+run totals and stay within [0, 1].
+
+Metric keys (all floats, prefix `speed/`):
+    screen_hist_{k/n:.2f}   prompts whose first request had k of n correct (n = N_init for
+                            `speed`, N for strategies that request the group at once)
+    prompts_screened / _qualified / _rejected / _skipped, qualification_rate
+    prompts_consumed        groups trained so far (run total)
+    tokens_screen / _continue / _full / _generated / _discarded / _trained
+    useful_token_share      tokens of trained groups with non-constant rewards / tokens
+                            generated in the window; useful_token_share_cum over the run
+    buffer_size, inflight_prompts
+    staleness_screen_mean / _max   policy_version at train - version of screening samples
+    staleness_mean / _max          same over all samples of the batch
+    accuracy                mean reward of the trained groups (the paper's Fig. 4: ~0.5)
+    reason/<reason>         decisions in the window, per reason
+    epoch, epoch_position   where the next prompt to start sits (ahead of the trained
+                            groups by the prompts in flight and in the buffer)
+    step                    0-based index of the batch
+The paper reports only some of these; the rest are this project's observability.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from .config import FLAGS, SpeedConfig
+
+
+@dataclasses.dataclass
+class Window:
+    """Counters since the last training batch. hist maps (k_correct, n) -> prompts."""
+
+    screened: int = 0
+    qualified: int = 0
+    rejected: int = 0
+    skipped: int = 0
+    tokens: dict = dataclasses.field(default_factory=lambda: collections.Counter())
+    hist: dict = dataclasses.field(default_factory=lambda: collections.Counter())
+    reasons: dict = dataclasses.field(default_factory=lambda: collections.Counter())
+
+    def to_plain(self) -> dict:
+        # Not dataclasses.asdict: it rebuilds a Counter from (key, value) pairs, which
+        # counts the pairs instead of copying the counts.
+        return {f.name: (dict(v) if isinstance(v, dict) else v)
+                for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
+
+    @classmethod
+    def from_plain(cls, d: dict) -> "Window":
+        w = cls(screened=d["screened"], qualified=d["qualified"], rejected=d["rejected"],
+                skipped=d["skipped"])
+        w.tokens.update(d["tokens"])
+        w.hist.update(d["hist"])
+        w.reasons.update(d["reasons"])
+        return w
+
+
+def histogram_text(hist: dict) -> str:
+    """'0/4: 120, 1/4: 3, ...' in ascending pass rate."""
+    items = sorted(hist.items(), key=lambda kv: (kv[0][0] / kv[0][1], kv[0][1]))
+    return ", ".join(f"{k}/{n}: {c}" for (k, n), c in items) or "(nothing screened)"
+
+
+def _band_text(cfg: SpeedConfig) -> str:
+    return (
+        f"A prompt qualifies when its screening pass rate is strictly inside "
+        f"({FLAGS['pass_rate_low']}, {FLAGS['pass_rate_high']}) = "
+        f"({cfg.pass_rate_low:g}, {cfg.pass_rate_high:g})"
+    )
+
+
+def starvation_warning(win: Window, cfg: SpeedConfig) -> Optional[str]:
+    """A message when the window's qualification rate is below the warning threshold.
+    Needs at least B screened prompts, so the first few scored prompts do not warn."""
+    if win.screened < cfg.batch_prompts:
+        return None
+    rate = win.qualified / win.screened
+    if rate >= cfg.warn_qualification_rate:
+        return None
+    return (
+        f"SPEED starvation: {win.qualified} of {win.screened} prompts screened since the last "
+        f"training batch qualified ({rate:.1%} < {FLAGS['warn_qualification_rate']} "
+        f"{cfg.warn_qualification_rate:.1%}). Screening pass-rate histogram (correct/screened: "
+        f"prompts): {histogram_text(win.hist)}. {_band_text(cfg)}. To qualify more prompts: "
+        f"widen the band, raise {FLAGS['n_init']}, or use data closer to the model's level "
+        f"(easier if most screenings are all wrong, harder if all correct)."
+    )
+
+
+def starvation_error_message(win: Window, cfg: SpeedConfig, ready: int) -> str:
+    return (
+        f"SPEED starvation: {win.screened} prompts were screened since the last training "
+        f"batch (limit {FLAGS['max_screened_per_batch']} = {cfg.max_screened_per_batch}) and "
+        f"only {ready} of the {FLAGS['batch_prompts']} = {cfg.batch_prompts} groups of the next "
+        f"batch are ready. Screening pass-rate histogram (correct/screened: prompts): "
+        f"{histogram_text(win.hist)}. {_band_text(cfg)}. Fix: widen {FLAGS['pass_rate_low']}/"
+        f"{FLAGS['pass_rate_high']}, raise {FLAGS['n_init']}, use data closer to the model's "
+        f"level, or raise (or unset) {FLAGS['max_screened_per_batch']}."
+    )
+
+
+def useful_tokens(groups: list) -> int:
+    """Tokens of groups whose rewards are not all equal (the only ones with nonzero
+    group-baseline advantages)."""
+    return sum(g.num_tokens for g in groups if np.ptp(g.rewards) > 0)
+
+
+def _staleness(groups: list, version: int, screen_only: bool) -> np.ndarray:
+    ages = [
+        version - r.policy_version
+        for g in groups
+        for r in (g.responses[: g.n_screen] if screen_only else g.responses)
+    ]
+    return np.asarray(ages, dtype=np.float64)  # [samples]
+
+
+def batch_metrics(win: Window, groups: list, cfg: SpeedConfig, *, screen_n: int,
+                  reasons: tuple, totals: dict, policy_version: int) -> dict:
+    """The `speed/*` metrics of one batch. totals: run totals after this batch
+    (prompts_consumed, tokens_generated, tokens_useful)."""
+    m = {}
+    hist = collections.Counter()
+    for k in range(screen_n + 1):  # zero-filled so logger keys are stable
+        hist[f"speed/screen_hist_{k / screen_n:.2f}"] += 0
+    for (k, n), c in win.hist.items():
+        hist[f"speed/screen_hist_{k / n:.2f}"] += c
+    m.update(hist)
+
+    m["speed/prompts_screened"] = win.screened
+    m["speed/prompts_qualified"] = win.qualified
+    m["speed/prompts_rejected"] = win.rejected
+    m["speed/prompts_skipped"] = win.skipped
+    m["speed/qualification_rate"] = win.qualified / win.screened if win.screened else float("nan")
+    m["speed/prompts_consumed"] = totals["prompts_consumed"]
+
+    generated = sum(win.tokens.get(p, 0) for p in ("screen", "continue", "full"))
+    for phase in ("screen", "continue", "full", "discarded"):
+        m[f"speed/tokens_{phase}"] = win.tokens.get(phase, 0)
+    m["speed/tokens_generated"] = generated
+    m["speed/tokens_trained"] = sum(g.num_tokens for g in groups)
+    useful = useful_tokens(groups)
+    m["speed/useful_token_share"] = useful / generated if generated else float("nan")
+    gen_total = totals["tokens_generated"]
+    m["speed/useful_token_share_cum"] = totals["tokens_useful"] / gen_total if gen_total else float("nan")
+
+    for name, screen_only in (("staleness_screen", True), ("staleness", False)):
+        ages = _staleness(groups, policy_version, screen_only)
+        m[f"speed/{name}_mean"] = float(ages.mean())
+        m[f"speed/{name}_max"] = float(ages.max())
+    m["speed/accuracy"] = float(np.mean([g.rewards.mean() for g in groups]))
+
+    for r in reasons:
+        m[f"speed/reason/{r}"] = 0
+    for r, c in win.reasons.items():
+        m[f"speed/reason/{r}"] = c
+    return {k: float(v) for k, v in m.items()}

@@ -1,0 +1,324 @@
+"""The SPEED scheduler: screening, qualification, continuation, buffer, batches, state.
+
+A plain object driven by a rollout driver that owns the inference engines:
+
+    next_requests()  new work: continuations of prompts whose screening was just scored,
+                     then screenings of new prompts while capacity allows (pre-fetching)
+    submit(id, responses, engine=None)   scored responses of one request
+    pop_batch()      exactly B complete groups of N, or None
+
+Policies (documented here because the driver and the README rely on them):
+- Epoch order: epoch e visits prompts in `epoch_order(e)`, a permutation seeded by
+  (seed, e). Every prompt of an epoch is started exactly once; a strategy may skip one,
+  which is counted (`reason/<why>`, `prompts_skipped`). Epochs stream into each other:
+  the next epoch's prompts start while the last ones of the previous epoch are in
+  flight, and leftover ready groups carry over, so every batch has exactly B groups and
+  may mix two epochs (a small dataset can then hold one prompt twice in a batch).
+- In-flight bound: at most `max_inflight_prompts` prompts have a request outstanding
+  (screening, continuation or full). Continuations are always issued at once: their
+  prompt is already counted, and waiting would only idle the engines.
+- Buffer bound: complete groups plus in-flight prompts never exceed `buffer_size`. Each
+  in-flight prompt reserves a slot because it may qualify; new screening stops while
+  the buffer (with reservations) is full, so nothing is generated and then discarded.
+  Hence the effective in-flight bound is min(max_inflight_prompts, buffer_size - ready).
+- Batches: the first B ready groups in completion order (FIFO).
+- Starvation: each batch window counts the prompts screened to fill it. A batch whose
+  window qualified fewer than `warn_qualification_rate` of them carries a warning with the
+  screening histogram (also issued with `warnings.warn(..., StarvationWarning)`). If
+  `max_screened_per_batch` is set and more prompts than that were screened while fewer
+  than B groups are ready, `next_requests`/`pop_batch` raise StarvationError naming the
+  flags to change. Set it well above `max_inflight_prompts`: screenings pre-fetched for
+  later batches count too.
+- End of run: after `num_epochs`, when nothing is in flight and fewer than B groups are
+  ready, `exhausted` is True and those leftover groups are dropped, not padded; their
+  number is `totals()["groups_dropped_at_end"]`.
+- Staleness: responses carry the policy version that generated them; the driver sets
+  `policy_version` after each weight sync; batches report the age of screening samples.
+- State: `state_dict()` is plain picklable python (lists, dicts, tuples, the payloads as
+  given). On `load_state_dict`, every request that was outstanding is handed out again,
+  with the same request id and needs, by the next `next_requests()`; responses already
+  submitted are kept. Given the same driver results, a resumed run then issues the same
+  requests and batches as an uninterrupted one.
+
+Departures from the paper (SPEED-RL, arXiv 2506.09016) and its reference code: the paper
+screens and continues in one synchronous batched call per step; here both are a stream
+per prompt (a continuation goes out as soon as its own screening is scored). The
+reference code drops a dataloader batch per step, crashes on starvation and does not
+checkpoint its buffer; here none of that happens (see the policies above).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import warnings
+from typing import Any, Optional
+
+import numpy as np
+
+from .config import FLAGS, RESUMABLE_CHANGES, SpeedConfig
+from .metrics import (Window, batch_metrics, starvation_error_message, starvation_warning,
+                      useful_tokens)
+from .records import (PHASE_CONTINUE, STATUS_OF_PHASE, STATUS_READY, STATUS_REJECTED, Batch,
+                      PromptState, Request, StarvationError, StarvationWarning)
+from .strategies import ACCEPT, REJECT, REQUEST, SKIP, STRATEGIES, Decision, PromptHistory
+
+STATE_FORMAT = 1
+
+
+class Scheduler:
+    def __init__(self, num_prompts: int, config: SpeedConfig) -> None:
+        if num_prompts < 1:
+            raise ValueError(f"the prompt dataset is empty (num_prompts={num_prompts})")
+        self.config = config.validate()
+        self.num_prompts = num_prompts
+        self.strategy = STRATEGIES[config.strategy](config)
+        self.history = PromptHistory()
+        self.policy_version = 0
+        self._epoch = 0  # epoch of the next prompt to start
+        self._position = 0  # index into epoch_order(_epoch) of the next prompt
+        self._order = self.epoch_order(0)  # [num_prompts]
+        self._next_id = 0
+        self._inflight: dict[int, PromptState] = {}  # request_id -> prompt awaiting it
+        self._outbox: list[Request] = []  # issued but not yet handed to the driver
+        self._ready: list[PromptState] = []  # complete groups, completion order
+        self._step = 0
+        self._window = Window()
+        self._totals: collections.Counter = collections.Counter()
+
+    # ---- driver API -------------------------------------------------------------------
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The order in which epoch `epoch` starts prompts. [num_prompts] of indices."""
+        return np.random.default_rng([self.config.seed, epoch]).permutation(self.num_prompts)
+
+    def next_requests(self) -> list[Request]:
+        """New work since the last call: continuations first, then new prompts."""
+        self._check_hard_limit()
+        out, self._outbox = self._outbox, []
+        while self._can_start():
+            nxt = self._next_prompt()
+            if nxt is None:
+                break
+            epoch, index = nxt
+            decision = self.strategy.start(index, self.history)
+            if decision.verdict == SKIP:
+                self._count_reason(decision.reason)
+                self._window.skipped += 1
+                self._totals["prompts_skipped"] += 1
+                continue
+            if decision.verdict != REQUEST:
+                raise RuntimeError(f"strategy {self.config.strategy!r} start() returned {decision}")
+            state = PromptState(index, epoch, STATUS_OF_PHASE[decision.phase], n_screen=decision.n)
+            out.append(self._issue(state, decision))
+            self._totals["prompts_started"] += 1
+        return out
+
+    def submit(self, request_id: int, responses: list, engine: Any = None) -> None:
+        """Scored responses of one request (len == request.n). `engine`: any picklable
+        hint (e.g. the engine index) echoed as the continuation's `engine_hint`."""
+        state = self._inflight.get(request_id)
+        if state is None:
+            raise ValueError(f"request {request_id} is not outstanding (unknown or already submitted)")
+        req = state.request
+        if len(responses) != req.n:
+            raise ValueError(f"request {request_id} asked for {req.n} responses, got {len(responses)}")
+        del self._inflight[request_id]
+        state.request = None
+        state.responses.extend(responses)
+        if engine is not None:
+            state.engine = engine
+        rewards = np.array([r.reward for r in responses], dtype=np.float64)  # [req.n]
+        version = max(r.policy_version for r in responses)
+        self.history.record(state.prompt_index, state.epoch, version, req.phase, rewards,
+                            self.config.correct_threshold)
+        tokens = sum(r.num_tokens for r in responses)
+        self._window.tokens[req.phase] += tokens
+        self._totals[f"tokens_{req.phase}"] += tokens
+        self._totals["tokens_generated"] += tokens
+
+        all_rewards = np.array([r.reward for r in state.responses], dtype=np.float64)  # [so far]
+        decision = self.strategy.after_scored(state.prompt_index, all_rewards, self.history)
+        self._count_reason(decision.reason)
+        if len(state.responses) == req.n:  # the first look at this prompt: its screening
+            self._count_screening(rewards, passed=decision.verdict != REJECT)
+        self._apply(state, decision)
+
+    def pop_batch(self) -> Optional[Batch]:
+        """Exactly B complete groups (B*N samples) with the window's metrics, or None."""
+        cfg = self.config
+        if len(self._ready) < cfg.batch_prompts:
+            self._check_hard_limit()
+            return None
+        states = self._ready[: cfg.batch_prompts]
+        del self._ready[: cfg.batch_prompts]
+        groups = [s.to_group() for s in states]
+        self._totals["prompts_consumed"] += len(groups)
+        self._totals["tokens_useful"] += useful_tokens(groups)
+        metrics = batch_metrics(
+            self._window, groups, cfg, screen_n=self.strategy.screen_n(cfg),
+            reasons=self.strategy.reasons, totals=self._totals, policy_version=self.policy_version,
+        )
+        metrics.update({
+            "speed/buffer_size": float(len(self._ready)),
+            "speed/inflight_prompts": float(len(self._inflight)),
+            "speed/epoch": float(self._epoch),
+            "speed/epoch_position": float(self._position),
+            "speed/step": float(self._step),
+        })
+        warning = starvation_warning(self._window, cfg)
+        batch = Batch(self._step, groups, metrics, warning)
+        self._step += 1
+        self._window = Window()
+        if warning:
+            warnings.warn(warning, StarvationWarning, stacklevel=2)
+        return batch
+
+    @property
+    def exhausted(self) -> bool:
+        """All epochs started, nothing in flight, and fewer than B groups ready (those
+        are dropped; see `totals()`)."""
+        return (self._epoch >= self.config.num_epochs and not self._inflight
+                and len(self._ready) < self.config.batch_prompts)
+
+    @property
+    def buffer_len(self) -> int:
+        return len(self._ready)
+
+    @property
+    def inflight_prompts(self) -> int:
+        return len(self._inflight)
+
+    @property
+    def starvation_warning(self) -> Optional[str]:
+        """The warning the current window would carry, for drivers that log while waiting."""
+        return starvation_warning(self._window, self.config)
+
+    def totals(self) -> dict:
+        """Run totals (prompts, tokens, reasons), including groups dropped at the end."""
+        out = {k: float(v) for k, v in self._totals.items()}
+        out["groups_dropped_at_end"] = float(len(self._ready) if self.exhausted else 0)
+        out["epoch"] = float(self._epoch)
+        out["steps"] = float(self._step)
+        return out
+
+    # ---- internals --------------------------------------------------------------------
+
+    def _can_start(self) -> bool:
+        inflight = len(self._inflight)
+        return (inflight < self.config.inflight_limit
+                and len(self._ready) + inflight < self.config.buffer_limit)
+
+    def _next_prompt(self) -> Optional[tuple[int, int]]:
+        """(epoch, prompt_index) of the next prompt to start, or None after the last epoch."""
+        if self._epoch >= self.config.num_epochs:
+            return None
+        item = (self._epoch, int(self._order[self._position]))
+        self._position += 1
+        if self._position == self.num_prompts:
+            self._epoch += 1
+            self._position = 0
+            self._order = self.epoch_order(self._epoch)
+        return item
+
+    def _issue(self, state: PromptState, decision: Decision) -> Request:
+        hint = state.engine if decision.phase == PHASE_CONTINUE else None
+        req = Request(state.prompt_index, decision.n, decision.phase, self._next_id, state.epoch, hint)
+        self._next_id += 1
+        state.request = req
+        state.status = STATUS_OF_PHASE[decision.phase]
+        self._inflight[req.request_id] = state
+        return req
+
+    def _apply(self, state: PromptState, decision: Decision) -> None:
+        if decision.verdict == REQUEST:
+            self._outbox.append(self._issue(state, decision))
+        elif decision.verdict == ACCEPT:
+            n = self.config.n_samples_per_prompt
+            if len(state.responses) != n:
+                raise RuntimeError(
+                    f"strategy {self.config.strategy!r} accepted a group of {len(state.responses)} "
+                    f"responses; groups must have exactly {FLAGS['n_samples_per_prompt']} = {n}"
+                )
+            state.status = STATUS_READY
+            self._ready.append(state)
+        elif decision.verdict == REJECT:
+            state.status = STATUS_REJECTED
+            tokens = sum(r.num_tokens for r in state.responses)
+            self._window.rejected += 1
+            self._window.tokens["discarded"] += tokens
+            self._totals["prompts_rejected"] += 1
+            self._totals["tokens_discarded"] += tokens
+        else:
+            raise RuntimeError(f"strategy {self.config.strategy!r} after_scored() returned {decision}")
+
+    def _count_reason(self, reason: str) -> None:
+        self._window.reasons[reason] += 1
+        self._totals[f"reason/{reason}"] += 1
+
+    def _count_screening(self, rewards: np.ndarray, passed: bool) -> None:
+        k = int(np.sum(rewards >= self.config.correct_threshold))
+        self._window.hist[(k, len(rewards))] += 1
+        self._window.screened += 1
+        self._window.qualified += int(passed)
+        self._totals["prompts_screened"] += 1
+        self._totals["prompts_qualified"] += int(passed)
+
+    def _check_hard_limit(self) -> None:
+        cfg = self.config
+        limit = cfg.max_screened_per_batch
+        if limit is not None and self._window.screened > limit and len(self._ready) < cfg.batch_prompts:
+            raise StarvationError(starvation_error_message(self._window, cfg, len(self._ready)))
+
+    # ---- checkpointing ----------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Plain picklable python; payloads are included as given."""
+        return {
+            "format": STATE_FORMAT,
+            "config": dataclasses.asdict(self.config),
+            "num_prompts": self.num_prompts,
+            "epoch": self._epoch,
+            "position": self._position,
+            "next_request_id": self._next_id,
+            "step": self._step,
+            "policy_version": self.policy_version,
+            "inflight": [s.to_plain() for _, s in sorted(self._inflight.items())],
+            "ready": [s.to_plain() for s in self._ready],
+            "window": self._window.to_plain(),
+            "totals": dict(self._totals),
+            "history": self.history.state_dict(),
+        }
+
+    def load_state_dict(self, d: dict) -> None:
+        """Restore; outstanding requests are handed out again by the next next_requests()."""
+        self._check_compatible(d)
+        self._epoch, self._position = d["epoch"], d["position"]
+        self._order = self.epoch_order(self._epoch)
+        self._next_id, self._step = d["next_request_id"], d["step"]
+        self.policy_version = d["policy_version"]
+        inflight = [PromptState.from_plain(p) for p in d["inflight"]]
+        self._inflight = {s.request.request_id: s for s in inflight}
+        # Sorted by id = creation order: what the driver had, then what it had not fetched.
+        self._outbox = [s.request for s in inflight]
+        self._ready = [PromptState.from_plain(p) for p in d["ready"]]
+        self._window = Window.from_plain(d["window"])
+        self._totals = collections.Counter(d["totals"])
+        self.history.load_state_dict(d["history"])
+
+    def _check_compatible(self, d: dict) -> None:
+        if d.get("format") != STATE_FORMAT:
+            raise ValueError(f"unknown scheduler state format {d.get('format')!r} (expected {STATE_FORMAT})")
+        now = dataclasses.asdict(self.config)
+        changed = [
+            f"{FLAGS.get(k, k)} (checkpoint {v!r}, now {now.get(k)!r})"
+            for k, v in d["config"].items()
+            if now.get(k) != v and k not in RESUMABLE_CHANGES
+        ]
+        if d["num_prompts"] != self.num_prompts:
+            changed.append(f"dataset size (checkpoint {d['num_prompts']}, now {self.num_prompts})")
+        if changed:
+            raise ValueError(
+                "cannot resume the SPEED curriculum: these differ from the checkpoint and define "
+                "the epoch order or the group layout: " + "; ".join(changed)
+            )

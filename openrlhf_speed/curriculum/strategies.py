@@ -1,0 +1,207 @@
+"""Curriculum strategies behind one registry, and the pure decisions they are made of.
+
+A strategy is a class constructed as `cls(config)` with two methods, both pure functions of
+their arguments (config, prompt index, rewards so far, `PromptHistory`) that return a
+`Decision` (verdict plus reason; reasons become counters in the batch metrics):
+
+    start(prompt_index, history)          -> request the first responses, or skip the prompt
+    after_scored(prompt_index, rewards, history)
+                                          -> request more, accept the group, or reject it
+
+Strategies keep no state of their own: anything history-based (GRESO's pre-rollout
+skipping, a Bayesian pass-rate posterior) reads `PromptHistory`, which the scheduler feeds
+with every scored request and checkpoints. That is what lets `Scheduler.state_dict` capture
+a run completely.
+
+Registered here:
+- `speed`   (default) screen N_init, qualify on the screening pass rate, continue with
+            N - N_init (SPEED, arXiv 2506.09016, Alg. 1);
+- `dapo`    request all N, keep groups whose pass rate is inside the band (DAPO dynamic
+            sampling: the baseline that filters after full inference);
+- `uniform` request all N, keep every group (plain RLOO/GRPO).
+
+Departure from the paper: its band (0, 1) is hard-coded; here it is (pass_rate_low,
+pass_rate_high), and `dapo` uses the same band on the full group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import numpy as np
+
+from .config import FLAGS, SpeedConfig
+from .records import PHASE_CONTINUE, PHASE_FULL, PHASE_SCREEN
+
+REQUEST = "request"
+ACCEPT = "accept"
+REJECT = "reject"
+SKIP = "skip"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """verdict: REQUEST (n more responses in `phase`), ACCEPT, REJECT or SKIP."""
+
+    verdict: str
+    reason: str
+    n: int = 0
+    phase: Optional[str] = None
+
+
+def pass_rate(rewards: np.ndarray, correct_threshold: float) -> float:
+    """Fraction of responses whose reward is >= correct_threshold. rewards: [n]."""
+    return float(np.mean(np.asarray(rewards) >= correct_threshold))
+
+
+def qualify(rate: float, low: float, high: float, stage: str) -> tuple[bool, str]:
+    """Keep a prompt when low < rate < high. The reason names the stage ("screen",
+    "group") and separates all-wrong/all-correct from merely out-of-band prompts."""
+    if rate <= low:
+        return False, f"{stage}_all_wrong" if rate == 0.0 else f"{stage}_too_hard"
+    if rate >= high:
+        return False, f"{stage}_all_correct" if rate == 1.0 else f"{stage}_too_easy"
+    return True, f"{stage}_qualified"
+
+
+def _band_reasons(stage: str) -> tuple[str, ...]:
+    return tuple(f"{stage}_{r}" for r in ("all_wrong", "too_hard", "qualified", "too_easy", "all_correct"))
+
+
+class PromptHistory:
+    """Per-prompt record of scored requests, for history-based strategies.
+
+    Each record is (epoch, policy_version, phase, n, n_correct, reward_sum). Only the last
+    `keep_last` records per prompt are kept, so memory stays O(prompts) over long runs.
+    """
+
+    keep_last = 8
+
+    def __init__(self) -> None:
+        self._records: dict[int, list[tuple]] = {}
+
+    def record(self, prompt_index: int, epoch: int, policy_version: int, phase: str,
+               rewards: np.ndarray, correct_threshold: float) -> None:
+        rewards = np.asarray(rewards, dtype=np.float64)  # [n] of this request only
+        n_correct = int(np.sum(rewards >= correct_threshold))
+        rec = (epoch, policy_version, phase, len(rewards), n_correct, float(rewards.sum()))
+        recs = self._records.setdefault(prompt_index, [])
+        recs.append(rec)
+        del recs[: -self.keep_last]
+
+    def get(self, prompt_index: int) -> list[tuple]:
+        return list(self._records.get(prompt_index, ()))
+
+    def state_dict(self) -> dict:
+        return {k: list(v) for k, v in self._records.items()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self._records = {int(k): list(v) for k, v in d.items()}
+
+
+class Strategy:
+    """Base class of the registry's one signature. Subclasses override what they need.
+
+    screen_n(config): size of the first request, used for the screening histogram keys.
+    reasons: the reasons the strategy can return, so metric keys are stable (zero-filled).
+    """
+
+    name = "base"
+    reasons: tuple[str, ...] = ()
+
+    def __init__(self, config: SpeedConfig) -> None:
+        self.config = config
+
+    @classmethod
+    def check_config(cls, config: SpeedConfig) -> list[str]:
+        return []
+
+    @classmethod
+    def screen_n(cls, config: SpeedConfig) -> int:
+        return config.n_samples_per_prompt
+
+    def start(self, prompt_index: int, history: PromptHistory) -> Decision:
+        return Decision(REQUEST, "start_full", self.config.n_samples_per_prompt, PHASE_FULL)
+
+    def after_scored(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> Decision:
+        raise NotImplementedError
+
+
+STRATEGIES: dict[str, type] = {}
+
+
+def register_strategy(name: str, cls: Optional[type] = None) -> Callable:
+    """Register a Strategy subclass under `name`; usable as `@register_strategy("x")`."""
+
+    def _register(c: type) -> type:
+        STRATEGIES[name] = c
+        return c
+
+    return _register if cls is None else _register(cls)
+
+
+@register_strategy("speed")
+class SpeedStrategy(Strategy):
+    """Screen N_init, continue qualified prompts with N - N_init (SPEED)."""
+
+    name = "speed"
+    reasons = _band_reasons("screen") + ("group_complete",)
+
+    @classmethod
+    def check_config(cls, config: SpeedConfig) -> list[str]:
+        n, n_init = config.n_samples_per_prompt, config.n_init
+        errors = []
+        if n_init < 2:
+            errors.append(
+                f"{FLAGS['n_init']} ({n_init}) must be >= 2: one screening response has pass "
+                "rate 0 or 1 and never qualifies"
+            )
+        if n_init >= n:
+            errors.append(
+                f"{FLAGS['n_init']} ({n_init}) must be < {FLAGS['n_samples_per_prompt']} ({n}): "
+                "qualified prompts need continuation responses"
+            )
+        return errors
+
+    @classmethod
+    def screen_n(cls, config: SpeedConfig) -> int:
+        return config.n_init
+
+    def start(self, prompt_index: int, history: PromptHistory) -> Decision:
+        return Decision(REQUEST, "start_screen", self.config.n_init, PHASE_SCREEN)
+
+    def after_scored(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> Decision:
+        cfg = self.config
+        if len(rewards) == cfg.n_samples_per_prompt:
+            return Decision(ACCEPT, "group_complete")
+        rate = pass_rate(rewards, cfg.correct_threshold)  # screening responses only here
+        ok, reason = qualify(rate, cfg.pass_rate_low, cfg.pass_rate_high, "screen")
+        if not ok:
+            return Decision(REJECT, reason)
+        return Decision(REQUEST, reason, cfg.n_samples_per_prompt - cfg.n_init, PHASE_CONTINUE)
+
+
+@register_strategy("dapo")
+class DapoStrategy(Strategy):
+    """Generate all N, then keep groups whose pass rate is inside the band (DAPO)."""
+
+    name = "dapo"
+    reasons = _band_reasons("group")
+
+    def after_scored(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> Decision:
+        cfg = self.config
+        rate = pass_rate(rewards, cfg.correct_threshold)
+        ok, reason = qualify(rate, cfg.pass_rate_low, cfg.pass_rate_high, "group")
+        return Decision(ACCEPT if ok else REJECT, reason)
+
+
+@register_strategy("uniform")
+class UniformStrategy(Strategy):
+    """Generate all N and keep every group: no curriculum."""
+
+    name = "uniform"
+    reasons = ("uniform_kept",)
+
+    def after_scored(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> Decision:
+        return Decision(ACCEPT, "uniform_kept")

@@ -1,0 +1,34 @@
+"""The embedded default dataset on disk: built once per parameter set in the cache
+directory (next to the embedded model), reused by every later run."""
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from openrlhf_speed.data.build import DEFAULT_MIX, build_dataset
+
+
+def _cache_root() -> Path:
+    root = os.environ.get("OPENRLHF_SPEED_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "openrlhf_speed")
+    return Path(root) / "data"
+
+
+def ensure_embedded_dataset(n_train=2000, n_test=200, seed=0, shots=2, mix=None) -> tuple[str, str]:
+    """(train.jsonl, test.jsonl) of the embedded arithmetic data for these parameters."""
+    params = {"n_train": n_train, "n_test": n_test, "seed": seed, "shots": shots, "mix": mix or DEFAULT_MIX}
+    key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    out = _cache_root() / f"arith-{n_train}-{n_test}-s{seed}-{key}"
+    if not (out / "test.jsonl").is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+        try:
+            build_dataset(str(tmp), n_train=n_train, n_test=n_test, mix=mix, seed=seed, shots=shots)
+            os.rename(tmp, out)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (out / "test.jsonl").is_file():
+                raise
+    return str(out / "train.jsonl"), str(out / "test.jsonl")

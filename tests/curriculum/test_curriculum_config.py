@@ -1,0 +1,53 @@
+"""SpeedConfig.validate: every bad combination is reported with the command-line flags."""
+
+import pytest
+
+from openrlhf_speed.curriculum import STRATEGIES, Scheduler, SpeedConfig
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(n_init=8), "--speed.n_init (8) must be < --rollout.n_samples_per_prompt (8)"),
+        (dict(n_init=1), "--speed.n_init (1) must be >= 2"),
+        (dict(n_samples_per_prompt=1, strategy="uniform"), "--rollout.n_samples_per_prompt (1) must be >= 2"),
+        (dict(pass_rate_low=0.6, pass_rate_high=0.4),
+         "need 0 <= --speed.pass_rate_low (0.6) < --speed.pass_rate_high (0.4) <= 1"),
+        (dict(pass_rate_high=1.5), "--speed.pass_rate_high (1.5) <= 1"),
+        (dict(batch_prompts=8, buffer_size=4), "--speed.buffer_size (4) must be >= --rollout.batch_size (8)"),
+        (dict(max_inflight_prompts=0), "--speed.max_inflight_prompts (0) must be >= 1"),
+        (dict(strategy="nope"), "--speed.strategy 'nope' is not one of: dapo, speed, uniform"),
+        (dict(num_epochs=0), "--train.num_episodes (0) must be >= 1"),
+        (dict(batch_prompts=8, max_screened_per_batch=4), "--speed.max_screened_per_batch (4) must be None or >="),
+        (dict(seed=-1), "--train.seed (-1) must be >= 0"),
+        (dict(warn_qualification_rate=2.0), "--speed.warn_qualification_rate (2.0) must be in [0, 1]"),
+    ],
+)
+def test_validate_names_the_flags(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        SpeedConfig(**kwargs).validate()
+    assert message in str(err.value)
+
+
+def test_all_errors_reported_at_once():
+    with pytest.raises(ValueError) as err:
+        SpeedConfig(n_init=9, pass_rate_low=1.0).validate()
+    assert "--speed.n_init" in str(err.value) and "--speed.pass_rate_low" in str(err.value)
+
+
+def test_n_init_is_ignored_by_full_group_strategies():
+    for name in ("dapo", "uniform"):
+        SpeedConfig(n_init=8, n_samples_per_prompt=8, strategy=name).validate()
+
+
+def test_defaults_and_derived_capacities():
+    cfg = SpeedConfig(batch_prompts=16).validate()
+    assert (cfg.inflight_limit, cfg.buffer_limit) == (32, 48)
+    assert set(STRATEGIES) >= {"speed", "dapo", "uniform"}
+
+
+def test_scheduler_validates_and_rejects_empty_dataset():
+    with pytest.raises(ValueError, match="--speed.n_init"):
+        Scheduler(10, SpeedConfig(n_init=8))
+    with pytest.raises(ValueError, match="empty"):
+        Scheduler(0, SpeedConfig())
