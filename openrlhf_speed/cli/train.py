@@ -11,6 +11,10 @@ every OpenRLHF flag keeps its name, default, meaning and validation:
    (embedded model, embedded data, math reward), applies the CPU adjustments, validates our
    flag combinations, and starts Ray with the compat runtime env, before OpenRLHF's own checks.
 3. `openrlhf.trainer.ppo_trainer.PPOTrainer` (imported inside `train()`): our trainer.
+
+Before that, `rollout.actor.install()` / `rollout.engine.install()` swap OpenRLHF's policy
+actor and vLLM engine classes for our subclasses (module attributes that `train_ppo_ray` and
+`create_vllm_engines` read when they run).
 """
 
 import argparse
@@ -44,7 +48,11 @@ def main(argv=None) -> int:
     import openrlhf.trainer.ppo_trainer as ppo_trainer_module
     import openrlhf.utils.config as config_module
 
+    from openrlhf_speed.rollout import actor, engine
     from openrlhf_speed.rollout.trainer import make_trainer_class
+
+    actor.install()
+    engine.install()
 
     real_hierarchize = config_module.hierarchize
 

