@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from openrlhf_speed import compat
 
-EMBEDDED_DATA_DEFAULTS = {"n_train": 2000, "n_test": 200, "seed": 0}
+EMBEDDED_DATA_DEFAULTS = {"n_train": 1000, "n_test": 200, "seed": 0}
 
 
 class DryRunExit(Exception):
@@ -29,6 +29,7 @@ def add_arguments(parser) -> None:
     if getattr(parser, "_openrlhf_speed_flags", False):
         return
     parser._openrlhf_speed_flags = True
+    add_speed_arguments(parser)
     group = parser.add_argument_group("openrlhf-speed")
     group.add_argument(
         "--dry_run",
@@ -62,6 +63,81 @@ def add_arguments(parser) -> None:
         default=None,
         help="Logical CPUs to declare when this command starts Ray itself (CPU mode; default: enough for every role).",
     )
+
+
+def add_speed_arguments(parser) -> None:
+    g = parser.add_argument_group("SPEED curriculum (--speed.*)")
+    g.add_argument("--speed.strategy", type=str, default="speed", choices=["speed", "dapo", "uniform", "off"],
+                   help="speed: screen each prompt with N_init responses and continue only those whose pass rate lies "
+                   "in (pass_rate_low, pass_rate_high) (default); dapo: generate all N, keep mixed groups (DAPO dynamic "
+                   "sampling); uniform: generate all N, keep every group (plain RLOO/GRPO through the same driver); "
+                   "off: OpenRLHF's own samples generator, untouched.")
+    g.add_argument("--speed.n_init", type=int, default=None,
+                   help="N_init, screening responses per prompt (speed only); N_cont = n_samples_per_prompt - N_init. "
+                   "Default: min(4, n_samples_per_prompt // 2).")
+    g.add_argument("--speed.pass_rate_low", type=float, default=0.0,
+                   help="a prompt qualifies when its screening pass rate is strictly above this")
+    g.add_argument("--speed.pass_rate_high", type=float, default=1.0,
+                   help="... and strictly below this")
+    g.add_argument("--speed.correct_threshold", type=float, default=0.5,
+                   help="a response counts as correct for the pass rate when its reward is >= this")
+    g.add_argument("--speed.max_inflight_prompts", type=int, default=None,
+                   help="prompts with generation outstanding at once (pre-fetching depth). Default: 2 * rollout.batch_size")
+    g.add_argument("--speed.buffer_size", type=int, default=None,
+                   help="bound on complete groups waiting for a step plus prompts in flight; when full, no new prompt is "
+                   "screened (nothing is generated and thrown away). Default: max_inflight_prompts + rollout.batch_size")
+    g.add_argument("--speed.max_screened_per_batch", type=int, default=None,
+                   help="fail with a StarvationError when more prompts than this were screened without filling a batch "
+                   "(default: no limit; a low qualification rate only warns)")
+    g.add_argument("--speed.warn_qualification_rate", type=float, default=0.1,
+                   help="warn, with the screening pass-rate histogram, when fewer than this share of screened prompts qualify")
+    g.add_argument("--speed.trace_path", type=str, default=None,
+                   help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
+
+
+def speed_config(args):
+    """SpeedConfig from the parsed flags (None when --speed.strategy off)."""
+    from openrlhf_speed.curriculum import SpeedConfig
+
+    s = args.speed
+    if s.strategy == "off":
+        return None
+    n = args.rollout.n_samples_per_prompt
+    return SpeedConfig(
+        n_samples_per_prompt=n,
+        n_init=s.n_init if s.n_init is not None else max(1, min(4, n // 2)),
+        pass_rate_low=s.pass_rate_low,
+        pass_rate_high=s.pass_rate_high,
+        batch_prompts=args.rollout.batch_size,
+        max_inflight_prompts=s.max_inflight_prompts,
+        buffer_size=s.buffer_size,
+        strategy=s.strategy,
+        seed=args.train.seed,
+        num_epochs=args.train.num_episodes,
+        correct_threshold=s.correct_threshold,
+        max_screened_per_batch=s.max_screened_per_batch,
+        warn_qualification_rate=s.warn_qualification_rate,
+    )
+
+
+def _validate_speed(args) -> None:
+    cfg = speed_config(args)
+    if cfg is None:
+        return
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise FlagError(str(e))
+    if args.algo.dynamic_filtering_enable:
+        raise FlagError(
+            "--algo.dynamic_filtering_enable is OpenRLHF's after-the-fact filter; with the SPEED driver use "
+            "--speed.strategy dapo (the same filter, counted in the metrics), or --speed.strategy off to keep OpenRLHF's."
+        )
+    if args.train.async_enable:
+        raise FlagError("--train.async_enable is not supported with --speed.strategy " + cfg.strategy +
+                        " (the curriculum already overlaps generation and training); use --speed.strategy off for it.")
+    if not args.vllm.num_engines:
+        raise FlagError("--speed.strategy " + cfg.strategy + " drives vLLM engines: set --vllm.num_engines >= 1.")
 
 
 def _reward_func_path() -> str:
@@ -168,7 +244,12 @@ def prepare(args) -> None:
     notes = _resolve_defaults(args)
     if compat.cpu_mode():
         notes += _adapt_to_cpu(args)
+    _validate_speed(args)
     plan = resource_plan(args)
+    cfg = speed_config(args)
+    if cfg is not None:
+        plan["curriculum"] = {"strategy": cfg.strategy, "n_init": cfg.n_init if cfg.strategy == "speed" else None,
+                              "max_inflight_prompts": cfg.inflight_limit, "buffer_size": cfg.buffer_limit}
     for note in notes:
         print(f"[openrlhf-speed] {note}", flush=True)
     if args.dry_run:

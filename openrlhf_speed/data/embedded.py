@@ -16,7 +16,7 @@ def _cache_root() -> Path:
     return Path(root) / "data"
 
 
-def ensure_embedded_dataset(n_train=2000, n_test=200, seed=0, shots=2, mix=None) -> tuple[str, str]:
+def ensure_embedded_dataset(n_train=1000, n_test=200, seed=0, shots=2, mix=None) -> tuple[str, str]:
     """(train.jsonl, test.jsonl) of the embedded arithmetic data for these parameters."""
     params = {"n_train": n_train, "n_test": n_test, "seed": seed, "shots": shots, "mix": mix or DEFAULT_MIX}
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]

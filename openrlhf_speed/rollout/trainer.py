@@ -1,13 +1,26 @@
-"""Our PPO trainer: OpenRLHF's `PPOTrainer` (a Ray actor class) with a readable per-step
-console line and the reward time split out of generation.
+"""Our PPO trainer: OpenRLHF's `PPOTrainer` (a Ray actor class) with the SPEED samples
+generator plugged in, a readable per-step console line, and the checks and timings we add.
 
-The reward is computed inside the vLLM engine actors as each response finishes (OpenRLHF's
-`SingleTurnAgentExecutor`), so it overlaps generation; `timing/reward` is the reward
-function's own time summed over samples (our reward function reports it per sample), and
-`timing/generation` still contains it.
+What a training step is stays OpenRLHF's: one step trains on one rollout batch of
+B * N samples (`--rollout.batch_size` prompts x `--rollout.n_samples_per_prompt`), split
+into optimizer steps of `--train.batch_size` samples, repeated `--train.max_epochs` times:
+B * N / train.batch_size * max_epochs optimizer steps per training step.
+
+Step anatomy with SPEED: generate_samples (the curriculum fills a batch; pre-fetched
+requests keep running) -> experience -> train -> drain (collect requests still in flight,
+so none straddles a weight change) -> weight sync (policy version + 1) -> checkpoint
+(the curriculum state goes next to the DeepSpeed checkpoint, see `_speed_state_path`).
+
+The reward is computed inside the vLLM engine actors as each response finishes, so it
+overlaps generation; `timing/reward` is the reward function's own time summed over the
+batch's samples and `timing/generation` still contains it.
 """
 
+import glob
+import os
+
 import ray
+import torch
 
 from openrlhf_speed.rollout.weights import compare
 
@@ -20,6 +33,10 @@ def step_line(step: int, status: dict) -> str:
         ("rollout/response_length_mean", "resp_len", "{:.1f}"),
         ("policy_loss", "loss", "{:.4f}"),
         ("actor_grad_norm", "grad_norm", "{:.3f}"),
+        ("speed/qualification_rate", "qualified", "{:.2f}"),
+        ("speed/useful_token_share_cum", "useful_tokens", "{:.2f}"),
+        ("speed/buffer_size", "buffer", "{:.0f}"),
+        ("speed/staleness_screen_mean", "staleness", "{:.2f}"),
     ):
         if key in status:
             parts.append(f"{label} {fmt.format(status[key])}")
@@ -28,6 +45,7 @@ def step_line(step: int, status: dict) -> str:
         ("reward", "timing/reward"),
         ("experience", "timing/make_experience"),
         ("train", "timing/ppo_train"),
+        ("drain", "timing/drain"),
         ("weight_sync", "timing/broadcast"),
     ]
     split = " ".join(f"{name} {status[key]:.1f}s" for name, key in timings if key in status)
@@ -41,8 +59,26 @@ def make_trainer_class(upstream_actor_class):
 
     class SpeedPPOTrainer(base):
         _fingerprints = None
+        _resume_sync = False
+        _drain_time = 0.0
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            from openrlhf_speed.cli.flags import speed_config
+
+            config = speed_config(self.args)
+            if config is not None:
+                from openrlhf_speed.rollout.speed_generator import SpeedSamplesGenerator
+
+                self.samples_generator = SpeedSamplesGenerator(
+                    self.strategy, self.prompts_dataloader, self.eval_dataloader, self.tokenizer, self.vllm_engines,
+                    config, trace_path=self.args.speed.trace_path,
+                )
+            self.speed = config is not None
 
         def fit(self, global_step=0):
+            if self.speed:
+                self._restore_curriculum()
             if self.args.check.weight_sync and self.vllm_engines:
                 self.check_weight_sync(label="before training")
             return super().fit(global_step)
@@ -51,10 +87,58 @@ def make_trainer_class(upstream_actor_class):
             reward_time = sum(float(s.info["reward_time"].sum()) for s in rollout_samples if "reward_time" in s.info)
             status, step = super().train_step(rollout_samples, global_step)
             status["timing/reward"] = reward_time
+            status["timing/drain"] = self._drain_time
+            if self.speed:
+                status.update(self.samples_generator.last_metrics)
             if self.args.check.weight_sync and self.vllm_engines:
                 status.update(self.check_weight_sync(label=f"after step {step}"))
             return status, step
 
+        def broadcast_to_vllm(self):
+            if self.speed:
+                self._drain_time = self.samples_generator.drain()
+            super().broadcast_to_vllm()
+            if self.speed and not self._resume_sync:
+                self.samples_generator.policy_version += 1
+            self._resume_sync = False
+
+        def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+            if logs_dict:
+                print(f"[openrlhf-speed] {step_line(global_step, logs_dict)}", flush=True)
+            super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+            if self.speed and global_step % self.args.ckpt.save_steps == 0:
+                self._save_curriculum(global_step)
+
+        # -- curriculum checkpoints ----------------------------------------------------
+        def _speed_state_path(self, global_step: int) -> str:
+            return os.path.join(self.args.ckpt.path, "_speed", f"global_step{global_step}.pt")
+
+        def _save_curriculum(self, global_step: int) -> None:
+            path = self._speed_state_path(global_step)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            torch.save(self.samples_generator.state_dict(), path + ".tmp")
+            os.replace(path + ".tmp", path)  # a crash mid-write leaves the previous state intact
+            kept = sorted(glob.glob(os.path.join(os.path.dirname(path), "global_step*.pt")), key=os.path.getmtime)
+            for old in kept[: max(0, len(kept) - self.args.ckpt.max_num)]:
+                os.remove(old)
+
+        def _restore_curriculum(self) -> None:
+            states = self.init_checkpoint_states()
+            step = states.get("global_step", 0)
+            if not step:
+                return
+            path = self._speed_state_path(step)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(
+                    f"resuming from global_step {step}, but the curriculum state {path} is missing: the checkpoint "
+                    "was not written by openrlhf-speed with this --ckpt.path, or the file was deleted. Resume from a "
+                    "complete checkpoint, or start over without --ckpt.load_enable."
+                )
+            self.samples_generator.load_state_dict(torch.load(path, weights_only=False))
+            self._resume_sync = True  # upstream fit re-syncs the same weights on resume
+            print(f"[openrlhf-speed] restored the curriculum state of step {step} from {path}", flush=True)
+
+        # -- weight-sync check ---------------------------------------------------------
         def check_weight_sync(self, label: str) -> dict:
             """Bit-exact comparison of actor and engine tensors; raises on any mismatch."""
             actor = ray.get(self.actor_model_group.async_run_method(method_name="weight_fingerprints"))[0]
@@ -75,11 +159,6 @@ def make_trainer_class(upstream_actor_class):
             )
             self._fingerprints = actor
             return {"check/weight_sync_tensors": results[0]["compared"], "check/weight_sync_changed": changed}
-
-        def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
-            if logs_dict:
-                print(f"[openrlhf-speed] {step_line(global_step, logs_dict)}", flush=True)
-            return super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
 
     SpeedPPOTrainer.__name__ = SpeedPPOTrainer.__qualname__ = "SpeedPPOTrainer"
     return ray.remote(SpeedPPOTrainer)

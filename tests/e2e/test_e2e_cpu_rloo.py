@@ -23,6 +23,7 @@ def test_two_rloo_steps_train_and_sync_weights(tmp_path):
         "--actor.adam.lr", "2e-5", "--actor.lr_warmup_ratio", "0",
         "--ckpt.path", str(tmp_path / "ckpt"), "--ckpt.output_dir", str(tmp_path / "final"),
         "--check.weight_sync",
+        "--speed.strategy", "off",  # OpenRLHF's own samples generator: the plain pipeline
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
     log = out.stdout + out.stderr

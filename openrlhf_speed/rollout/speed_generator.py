@@ -1,0 +1,183 @@
+"""The SPEED samples generator: drives OpenRLHF's vLLM engines with the curriculum
+scheduler's requests and hands OpenRLHF's trainer exactly B groups of N Experiences.
+
+Legend: B prompts per training batch (`--rollout.batch_size`), N responses per prompt
+(`--rollout.n_samples_per_prompt`), N_init screening responses (`--speed.n_init`).
+
+It replaces OpenRLHF's `SamplesGenerator` behind the same `generate_samples()` call, and
+reuses its conversion of an engine response into an `Experience`. Per request:
+- the engine: a continuation goes to the engine that screened its prompt (its prefix cache
+  holds the prompt); new work goes to the engine with the fewest responses outstanding;
+- streaming: a prompt's continuation is dispatched as soon as its own screening is scored,
+  together with screenings of the next prompts, so the engines never idle between phases
+  (the paper's pre-fetching, done per prompt rather than per batched call);
+- across steps: requests still in flight when a batch is complete keep generating during
+  training; `drain()` collects them before the weight sync, so no response mixes tokens of
+  two policies. Each response records the policy version that generated it, and the batch
+  metrics report the staleness of screening samples (OpenRLHF's importance-sampling
+  correction, `--algo.advantage.is_correction_level`, applies to these samples unchanged).
+
+The rewards come from OpenRLHF's own reward path inside the engine actors (the function
+given by `--reward.remote_url`), so scoring overlaps generation.
+"""
+
+import json
+import time
+from typing import Dict, List, Optional
+
+import ray
+import torch
+from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+from vllm import SamplingParams
+
+from openrlhf_speed.curriculum import Response, Scheduler, SpeedConfig
+
+
+class EngineDiedError(RuntimeError):
+    pass
+
+
+class SpeedSamplesGenerator(SamplesGenerator):
+    def __init__(self, strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines, config: SpeedConfig,
+                 trace_path: Optional[str] = None):
+        super().__init__(strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines)
+        dataset = prompts_dataloader.dataset  # OpenRLHF's PromptDataset: rendered prompts, labels
+        self.prompts: List[str] = dataset.prompts
+        self.labels: List[str] = dataset.labels
+        self.scheduler = Scheduler(num_prompts=len(self.prompts), config=config)
+        self.policy_version = 0
+        self._pending: Dict = {}  # ray ref -> (Request, engine index, policy version)
+        self._engine_load = [0] * len(self.vllm_engines)  # responses outstanding per engine
+        self._trace = open(trace_path, "a") if trace_path else None
+        self.last_metrics: dict = {}
+
+    # -- the OpenRLHF seam -------------------------------------------------------------
+    @torch.no_grad()
+    def generate_samples(self, **generate_kwargs):
+        """(B*N Experiences in contiguous groups, None, groups handed out, exhausted)."""
+        t0 = time.time()
+        self.scheduler.policy_version = self.policy_version
+        batch = self._fill_batch(generate_kwargs)
+        if batch is None:
+            totals = self.scheduler.totals()
+            print(
+                f"[openrlhf-speed] curriculum finished: {totals.get('prompts_started', 0):.0f} prompts started, "
+                f"{totals.get('prompts_consumed', 0):.0f} trained, {totals.get('groups_dropped_at_end', 0):.0f} ready "
+                f"groups dropped at the end (fewer than --rollout.batch_size); totals {totals}",
+                flush=True,
+            )
+            self._log("finished", totals=totals)
+            return [], None, 0, True
+        samples = [r.payload for g in batch.groups for r in g.responses]  # [B*N], group-major
+        self.last_metrics = dict(batch.metrics)
+        self.last_metrics["timing/curriculum_wait"] = time.time() - t0
+        if batch.starvation_warning:
+            print(f"[openrlhf-speed] WARNING {batch.starvation_warning}", flush=True)
+        self._log("batch", step=batch.step, prompts=[[g.prompt_index, g.epoch] for g in batch.groups],
+                  rewards=[g.rewards.tolist() for g in batch.groups])
+        return samples, None, len(batch.groups), self.scheduler.exhausted
+
+    def drain(self) -> float:
+        """Collect every request in flight (before a weight sync); returns seconds waited."""
+        t0 = time.time()
+        while self._pending:
+            self._collect(self._kwargs)
+        return time.time() - t0
+
+    # -- driving the scheduler ---------------------------------------------------------
+    def _fill_batch(self, kwargs):
+        self._kwargs = kwargs
+        while True:
+            batch = self.scheduler.pop_batch()
+            if batch is not None or self.scheduler.exhausted:
+                return batch
+            for request in self.scheduler.next_requests():
+                self._dispatch(request, kwargs)
+            if not self._pending:
+                raise RuntimeError(
+                    "the SPEED scheduler has no batch, no work in flight and is not exhausted; this is a bug "
+                    f"(totals: {self.scheduler.totals()})"
+                )
+            self._collect(kwargs)
+
+    def _sampling_params(self, kwargs) -> SamplingParams:
+        # Same fields as OpenRLHF's own dispatch, so both generators sample alike.
+        return SamplingParams(
+            temperature=kwargs.get("temperature", 1.0),
+            top_p=kwargs.get("top_p", 1.0),
+            top_k=kwargs.get("top_k", -1),
+            max_tokens=kwargs.get("max_new_tokens"),
+            min_tokens=kwargs.get("min_new_tokens", 1),
+            skip_special_tokens=kwargs.get("skip_special_tokens", False),
+            logprobs=1 if self.args.algo.advantage.is_correction_level != "off" else None,
+        )
+
+    def _dispatch(self, request, kwargs) -> None:
+        if request.engine_hint is not None:
+            engine = request.engine_hint
+        else:
+            engine = min(range(len(self.vllm_engines)), key=lambda i: (self._engine_load[i], i))
+        ref = self.vllm_engines[engine].generate_responses.remote(
+            prompt=self.prompts[request.prompt_index],
+            label=self.labels[request.prompt_index],
+            sampling_params=self._sampling_params(kwargs),
+            max_length=kwargs.get("max_len", 2048),
+            hf_tokenizer=self.tokenizer,
+            num_samples=request.n,
+        )
+        self._pending[ref] = (request, engine, self.policy_version)
+        self._engine_load[engine] += request.n
+        if request.phase != "continue":
+            self._log("start", prompt=request.prompt_index, epoch=request.epoch, phase=request.phase, engine=engine)
+
+    def _collect(self, kwargs) -> None:
+        """Wait for at least one request, then take every other one that is done too."""
+        ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=None)
+        ready += ray.wait([r for r in self._pending if r not in ready], num_returns=len(self._pending) - 1,
+                          timeout=0)[0] if len(self._pending) > 1 else []
+        for ref in ready:
+            request, engine, version = self._pending.pop(ref)
+            self._engine_load[engine] -= request.n
+            try:
+                outputs = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+                raise EngineDiedError(
+                    f"vLLM engine {engine} failed while generating {request.n} responses for prompt "
+                    f"{request.prompt_index} ({request.phase}); see the engine's log above. Checkpoints hold the "
+                    "curriculum state: resume with --ckpt.load_enable after fixing the cause."
+                ) from e
+            experiences = [self._process_response_into_experience(o, **kwargs) for o in outputs]
+            responses = [self._to_response(e, version) for e in experiences]
+            self._log("scored", prompt=request.prompt_index, phase=request.phase, rewards=[r.reward for r in responses])
+            self.scheduler.submit(request.request_id, responses, engine=engine)
+
+    @staticmethod
+    def _to_response(experience, version: int) -> Response:
+        if experience.rewards is None:  # the reward function raised: OpenRLHF logged it
+            experience.rewards = torch.tensor([0.0])
+            experience.scores = torch.tensor([0.0])
+            experience.info["reward"] = torch.tensor([0.0])
+        return Response(
+            reward=float(experience.rewards[0]),
+            num_tokens=int(experience.response_length[0]),
+            policy_version=version,
+            payload=experience,
+        )
+
+    # -- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        if self._pending:
+            raise RuntimeError("state_dict() with requests in flight: call drain() first")
+        return {"scheduler": self.scheduler.state_dict(), "policy_version": self.policy_version}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.policy_version = state["policy_version"]
+        sched = state["scheduler"]
+        self._log("restore", buffer=[s["prompt_index"] for s in sched["ready"]],
+                  inflight=[s["prompt_index"] for s in sched["inflight"]])
+
+    def _log(self, event: str, **fields) -> None:
+        if self._trace is not None:
+            self._trace.write(json.dumps({"event": event, "policy_version": self.policy_version, **fields}) + "\n")
+            self._trace.flush()
