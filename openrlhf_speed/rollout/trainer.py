@@ -72,14 +72,16 @@ def make_trainer_class(upstream_actor_class):
 
                 self.samples_generator = SpeedSamplesGenerator(
                     self.strategy, self.prompts_dataloader, self.eval_dataloader, self.tokenizer, self.vllm_engines,
-                    config, trace_path=self.args.speed.trace_path,
+                    config, trace_path=self.args.speed.trace_path, max_steps=self.args.train.max_steps,
                 )
             self.speed = config is not None
 
         def fit(self, global_step=0):
             if self.speed:
                 self._restore_curriculum()
-            if self.args.check.weight_sync and self.vllm_engines:
+            # On resume the engines get the checkpoint's weights inside upstream fit(); the
+            # first check then comes after the first step.
+            if self.args.check.weight_sync and self.vllm_engines and not self._resume_sync:
                 self.check_weight_sync(label="before training")
             return super().fit(global_step)
 
@@ -116,8 +118,10 @@ def make_trainer_class(upstream_actor_class):
         def _save_curriculum(self, global_step: int) -> None:
             path = self._speed_state_path(global_step)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            torch.save(self.samples_generator.state_dict(), path + ".tmp")
+            state = self.samples_generator.state_dict()
+            torch.save(state, path + ".tmp")
             os.replace(path + ".tmp", path)  # a crash mid-write leaves the previous state intact
+            self.samples_generator.log_saved(global_step, state)
             kept = sorted(glob.glob(os.path.join(os.path.dirname(path), "global_step*.pt")), key=os.path.getmtime)
             for old in kept[: max(0, len(kept) - self.args.ckpt.max_num)]:
                 os.remove(old)
