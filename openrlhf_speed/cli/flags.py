@@ -252,9 +252,18 @@ def _jsonable(ns):
 
 
 def prepare(args) -> None:
-    notes = _resolve_defaults(args)
-    if compat.cpu_mode():
+    from openrlhf_speed.models import ModelNotFoundError
+
+    try:
+        notes = _resolve_defaults(args)
+    except ModelNotFoundError as e:
+        raise FlagError(str(e))
+    if compat.cpu_mode() and not args.dry_run:
         notes += _adapt_to_cpu(args)
+    elif compat.cpu_mode():
+        # A dry run validates the recipe for the hardware it names (usually GPUs); what a
+        # real run on this CPU machine would change is only reported.
+        notes.append("dry run on a machine without CUDA: CPU adaptations (gloo sync, sdpa, refusals) not applied")
     _validate_speed(args)
     plan = resource_plan(args)
     cfg = speed_config(args)
