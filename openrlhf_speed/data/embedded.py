@@ -9,18 +9,14 @@ import tempfile
 from pathlib import Path
 
 from openrlhf_speed.data.build import DEFAULT_MIX, build_dataset
-
-
-def _cache_root() -> Path:
-    root = os.environ.get("OPENRLHF_SPEED_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "openrlhf_speed")
-    return Path(root) / "data"
+from openrlhf_speed.models.default_model import cache_root
 
 
 def ensure_embedded_dataset(n_train=1000, n_test=200, seed=0, shots=2, mix=None) -> tuple[str, str]:
     """(train.jsonl, test.jsonl) of the embedded arithmetic data for these parameters."""
     params = {"n_train": n_train, "n_test": n_test, "seed": seed, "shots": shots, "mix": mix or DEFAULT_MIX}
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
-    out = _cache_root() / f"arith-{n_train}-{n_test}-s{seed}-{key}"
+    out = cache_root() / "data" / f"arith-{n_train}-{n_test}-s{seed}-{key}"
     if not (out / "test.jsonl").is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))

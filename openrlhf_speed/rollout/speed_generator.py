@@ -28,6 +28,7 @@ from typing import Dict, List, Optional
 import ray
 import torch
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+from tqdm import tqdm
 from vllm import SamplingParams
 
 from openrlhf_speed.curriculum import Response, Scheduler, SpeedConfig
@@ -50,6 +51,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self._engine_load = [0] * len(self.vllm_engines)  # responses outstanding per engine
         self._trace = open(trace_path, "a") if trace_path else None
         self.last_metrics: dict = {}
+        self._kwargs: dict = {}  # generate kwargs of the current step, for drain()
         self.max_steps = max_steps  # --train.max_steps: the run ends after this many batches
 
     # -- the OpenRLHF seam -------------------------------------------------------------
@@ -92,9 +94,13 @@ class SpeedSamplesGenerator(SamplesGenerator):
     # -- driving the scheduler ---------------------------------------------------------
     def _fill_batch(self, kwargs):
         self._kwargs = kwargs
+        bar = tqdm(total=self.scheduler.config.batch_prompts, desc="SPEED batch (groups ready)", leave=False)
         while True:
+            bar.n = min(self.scheduler.buffer_len, bar.total)
+            bar.set_postfix(inflight=self.scheduler.inflight_prompts, refresh=True)
             batch = self.scheduler.pop_batch()
             if batch is not None or self.scheduler.exhausted:
+                bar.close()
                 return batch
             for request in self.scheduler.next_requests():
                 self._dispatch(request, kwargs)
@@ -137,9 +143,9 @@ class SpeedSamplesGenerator(SamplesGenerator):
 
     def _collect(self, kwargs) -> None:
         """Wait for at least one request, then take every other one that is done too."""
-        ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=None)
-        ready += ray.wait([r for r in self._pending if r not in ready], num_returns=len(self._pending) - 1,
-                          timeout=0)[0] if len(self._pending) > 1 else []
+        ready, rest = ray.wait(list(self._pending), num_returns=1)
+        if rest:
+            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         for ref in ready:
             request, engine, version = self._pending.pop(ref)
             self._engine_load[engine] -= request.n

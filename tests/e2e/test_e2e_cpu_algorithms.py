@@ -1,0 +1,68 @@
+"""Every RL algorithm users name, through OpenRLHF's own estimators and losses, with each
+curriculum strategy, for one real training step on CPU.
+
+Two combinations run in the default test run (one with a reference model and KL loss, one
+with DAPO's loss settings and DAPO's filter); the full matrix is `e2e_long`
+(`make test-all`), about 2 minutes per combination on 2 cores.
+"""
+
+import json
+import math
+import re
+import subprocess
+
+import pytest
+from _util import openrlhf_speed_cmd
+
+ALGORITHMS = {
+    "rloo": ["--algo.advantage.estimator", "rloo"],
+    "reinforce_pp": ["--algo.advantage.estimator", "reinforce"],
+    "reinforce_pp_baseline": ["--algo.advantage.estimator", "reinforce_baseline"],
+    "grpo": ["--algo.advantage.estimator", "group_norm", "--algo.kl.use_loss", "--algo.kl.estimator", "k3",
+             "--algo.kl.init_coef", "1e-3"],
+    "dr_grpo": ["--algo.advantage.estimator", "dr_grpo"],
+    "dapo": ["--algo.advantage.estimator", "group_norm", "--actor.eps_clip_low_high", "0.2", "0.28",
+             "--actor.loss_agg_mode", "token-mean", "--reward.overlong_buffer_len", "16",
+             "--reward.overlong_penalty_factor", "1.0"],
+}
+STRATEGIES = ["speed", "dapo", "uniform"]
+DEFAULT_RUN = {("grpo", "speed"), ("dapo", "dapo")}
+
+
+def combos():
+    for algo in ALGORITHMS:
+        for strategy in STRATEGIES:
+            marks = [pytest.mark.slow] + ([] if (algo, strategy) in DEFAULT_RUN else [pytest.mark.e2e_long])
+            yield pytest.param(algo, strategy, marks=marks, id=f"{algo}-{strategy}")
+
+
+@pytest.mark.parametrize("algo,strategy", list(combos()))
+def test_one_step(algo, strategy, tmp_path):
+    kl = "--algo.kl.init_coef" in ALGORITHMS[algo]
+    cmd = [
+        *openrlhf_speed_cmd(), "train",
+        "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
+        "--vllm.num_engines", "1", "--vllm.enforce_eager",
+        *([] if kl else ["--algo.kl.init_coef", "0"]),
+        *ALGORITHMS[algo],
+        "--speed.strategy", strategy, "--speed.n_init", "2",
+        "--rollout.batch_size", "2", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "8",
+        "--train.batch_size", "8", "--train.micro_batch_size", "4", "--train.max_steps", "1",
+        "--rollout.max_new_tokens", "32", "--data.max_len", "512", "--data.max_samples", "64",
+        "--actor.adam.lr", "1e-6", "--actor.lr_warmup_ratio", "0",
+        "--ckpt.path", str(tmp_path / "ckpt"), "--ckpt.output_dir", str(tmp_path / "final"),
+        "--speed.trace_path", str(tmp_path / "trace.jsonl"),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    log = out.stdout + out.stderr
+    (tmp_path / "run.log").write_text(log)
+    assert out.returncode == 0, f"see {tmp_path / 'run.log'}: " + log[-3000:]
+    step = re.search(r"\[openrlhf-speed\] step 1 \| reward ([\d.]+) .*\| loss (-?[\d.e+-]+|nan)", log)
+    assert step, log[-3000:]
+    assert math.isfinite(float(step.group(2)))
+    batch = [json.loads(line) for line in open(tmp_path / "trace.jsonl") if '"batch"' in line][0]
+    assert len(batch["prompts"]) == 2 and all(len(r) == 4 for r in batch["rewards"])
+    if strategy in ("speed", "dapo"):  # both filters keep only groups with mixed results
+        for rewards in batch["rewards"]:
+            screened = rewards[:2] if strategy == "speed" else rewards
+            assert 0 < sum(r >= 0.5 for r in screened) < len(screened)
