@@ -147,6 +147,10 @@ def _validate_speed(args) -> None:
                         " (the curriculum already overlaps generation and training); use --speed.strategy off for it.")
     if not args.vllm.num_engines:
         raise FlagError("--speed.strategy " + cfg.strategy + " drives vLLM engines: set --vllm.num_engines >= 1.")
+    if args.vllm.enable_sleep:
+        raise FlagError("--vllm.enable_sleep: the SPEED driver keeps engines generating while the actor trains "
+                        "(pre-fetching), so it never puts them to sleep; drop the flag (and --train.colocate_all), "
+                        "or use --speed.strategy off.")
     if args.train.max_steps is not None and args.train.max_steps < 1:
         raise FlagError(f"--train.max_steps ({args.train.max_steps}) must be >= 1")
 
@@ -273,7 +277,15 @@ def prepare(args) -> None:
     for note in notes:
         print(f"[openrlhf-speed] {note}", flush=True)
     if args.dry_run:
-        print(json.dumps({"config": _jsonable(args), "resources": plan}, indent=2, default=str))
-        sys.stdout.flush()
-        raise DryRunExit()
+        # Not yet: OpenRLHF's own checks run after this function; cli/train.py prints the
+        # plan (`print_dry_run`) and exits where OpenRLHF's train() would start Ray.
+        args._dry_run_plan = plan
+        return
     _start_ray(args, plan)
+
+
+def print_dry_run(args) -> None:
+    plan = args._dry_run_plan
+    del args._dry_run_plan
+    print(json.dumps({"config": _jsonable(args), "resources": plan}, indent=2, default=str))
+    sys.stdout.flush()

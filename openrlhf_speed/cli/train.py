@@ -11,6 +11,8 @@ every OpenRLHF flag keeps its name, default, meaning and validation:
    (embedded model, embedded data, math reward), applies the CPU adjustments, validates our
    flag combinations, and starts Ray with the compat runtime env, before OpenRLHF's own checks.
 3. `openrlhf.trainer.ppo_trainer.PPOTrainer` (imported inside `train()`): our trainer.
+4. `ray.is_initialized`, the first call of OpenRLHF's `train()`: a `--dry_run` prints the
+   plan and stops there, after OpenRLHF's own flag checks have passed too.
 
 Before that, `rollout.actor.install()` / `rollout.engine.install()` swap OpenRLHF's policy
 actor and vLLM engine classes for our subclasses (module attributes that `train_ppo_ray` and
@@ -61,9 +63,31 @@ def main(argv=None) -> int:
         flags.prepare(args)  # may exit for --dry_run
         return args
 
+    import ray
+
+    parsed = {}
+    real_hierarchize_with_capture = hierarchize
+
+    def capture(namespace):
+        parsed["args"] = real_hierarchize_with_capture(namespace)
+        return parsed["args"]
+
+    real_is_initialized = ray.is_initialized
+
+    def is_initialized():
+        # The first thing OpenRLHF's train() does, after every one of its flag checks passed:
+        # where a dry run stops.
+        args = parsed.get("args")
+        if args is not None and getattr(args, "dry_run", False):
+            flags.print_dry_run(args)
+            raise flags.DryRunExit()
+        return real_is_initialized()
+
     with _patched(argparse.ArgumentParser, "parse_args", parse_args), _patched(
-        config_module, "hierarchize", hierarchize
-    ), _patched(ppo_trainer_module, "PPOTrainer", make_trainer_class(ppo_trainer_module.PPOTrainer)):
+        config_module, "hierarchize", capture
+    ), _patched(ray, "is_initialized", is_initialized), _patched(
+        ppo_trainer_module, "PPOTrainer", make_trainer_class(ppo_trainer_module.PPOTrainer)
+    ):
         saved_argv = sys.argv
         sys.argv = ["openrlhf-speed train", *argv]
         try:

@@ -38,7 +38,8 @@ def test_dry_run_prints_resolved_config_and_plan_without_starting_anything():
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout[out.stdout.index("{"):])
     assert plan["resources"]["total_gpus"] == 2
-    assert plan["config"]["reward"]["remote_url"].endswith("reward_func.py")
+    assert plan["config"]["reward"]["remote_url"] == [plan["config"]["reward"]["remote_url"][0]]  # split by OpenRLHF
+    assert plan["config"]["reward"]["remote_url"][0].endswith("reward_func.py")
     assert plan["config"]["actor"]["model_name_or_path"].endswith("SmolLM2-135M-Instruct-bf16-v2")
     assert "Started a local Ray instance" not in out.stdout + out.stderr
 

@@ -1,0 +1,223 @@
+"""The recipes in examples/scripts: shell syntax, inputs that fail early with a message, and
+a dry run of every train_*.sh through the real parser (`bash SCRIPT --dry_run`), checking
+the resolved settings and the resource plan against what each script's header says.
+
+A dry run on this CPU machine validates for the hardware the recipe names (flags.prepare
+skips the CPU adaptations), so GPU-only flags are accepted. Each dry run spends most of its
+time importing torch/vLLM/OpenRLHF, so the selected ones start together, a few at a time,
+on first use, and each test waits for its own.
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from _util import REPO, VENV_BIN, openrlhf_speed_cmd
+
+SCRIPTS = REPO / "examples" / "scripts"
+SHELL_FILES = sorted([*SCRIPTS.rglob("*.sh"), *SCRIPTS.rglob("*.sbatch")])
+RECIPES = sorted(p.name for p in SCRIPTS.glob("train_*.sh"))
+MULTINODE = "train_speed_rloo_qwen32b_multinode.sh"
+SBATCH = SCRIPTS / "slurm" / "train_speed_qwen32b.sbatch"
+DATA_ROWS = 1000
+PARALLEL = 4  # dry runs at once (~0.7 GB of memory each)
+NO_PARAMS = type("NoCallspec", (), {"params": {}})()  # stands in for a test item without parameters
+# Variables the scripts read: cleared so the caller's environment cannot change a result.
+SCRIPT_VARS = ("MODEL_PATH", "DATA_PATH", "EVAL_PATH", "EVAL_STEPS", "OUT", "VENV", "INPUT_KEY", "LABEL_KEY",
+               "EPISODES", "WARMUP_STEPS", "SAVE_STEPS", "ADAM_OFFLOAD", "MAX_STEPS", "RAY_ADDRESS")
+
+# What each recipe must resolve to: dotted config path -> value. Every train_*.sh needs an entry.
+PAPER_7B = {
+    "rollout.batch_size": 16, "rollout.n_samples_per_prompt": 24, "rollout.max_new_tokens": 3072,
+    "rollout.temperature": 1.0, "data.max_len": 4096, "train.batch_size": 384,
+    "actor.adam.lr": 1e-6, "actor.adam.weight_decay": 0.1, "actor.lr_scheduler": "constant_with_warmup",
+    "actor.num_nodes": 1, "actor.num_gpus_per_node": 2, "vllm.num_engines": 2, "vllm.tensor_parallel_size": 1,
+    "ds.zero_stage": 3, "ds.param_dtype": "bf16", "ds.packing_samples": True,
+    "ds.attn_implementation": "flash_attention_2", "data.apply_chat_template": True,
+    "data.input_key": "prompt", "data.label_key": "answer",
+}
+SPEED_7B = {**PAPER_7B, "speed.strategy": "speed", "speed.n_init": 4, "speed.max_inflight_prompts": 64}
+NO_KL = {"algo.kl.init_coef": 0.0, "algo.kl.use_loss": False}
+EXPECTED = {
+    "train_speed_rloo_qwen7b.sh": {**SPEED_7B, **NO_KL, "algo.advantage.estimator": "rloo"},
+    "train_rloo_qwen7b.sh": {
+        **PAPER_7B, **NO_KL, "algo.advantage.estimator": "rloo", "speed.strategy": "uniform",
+        "speed.max_inflight_prompts": 16, "speed.buffer_size": 16,
+    },
+    "train_speed_dapo_qwen7b.sh": {
+        **SPEED_7B, **NO_KL, "algo.advantage.estimator": "group_norm", "actor.eps_clip_low_high": [0.2, 0.28],
+        "actor.loss_agg_mode": "token-mean", "reward.overlong_buffer_len": 512.0,
+        "reward.overlong_penalty_factor": 1.0,
+    },
+    "train_speed_reinforce_pp_qwen7b.sh": {
+        **SPEED_7B, "algo.advantage.estimator": "reinforce_baseline", "algo.kl.use_loss": True,
+        "algo.kl.estimator": "k2", "algo.kl.init_coef": 1e-5, "algo.advantage.is_correction_level": "token",
+        "algo.advantage.is_correction_mode": "mask", "algo.advantage.is_correction_threshold": [0.5, 5.0],
+        "train.colocate_actor_ref": True, "ref.num_gpus_per_node": 2,
+    },
+    "train_speed_grpo_qwen7b.sh": {
+        **SPEED_7B, "algo.advantage.estimator": "group_norm", "algo.kl.use_loss": True, "algo.kl.estimator": "k3",
+        "algo.kl.init_coef": 1e-3, "actor.loss_agg_mode": "seq-mean-token-mean",
+        "train.colocate_actor_ref": True, "ref.num_gpus_per_node": 2,
+    },
+    MULTINODE: {
+        **SPEED_7B, **NO_KL, "algo.advantage.estimator": "rloo", "actor.num_nodes": 2, "actor.num_gpus_per_node": 8,
+        "vllm.num_engines": 4, "vllm.tensor_parallel_size": 4, "train.micro_batch_size": 1,
+    },
+    "train_speed_rloo_smollm2_cpu.sh": {
+        "speed.strategy": "speed", "speed.n_init": 4, "rollout.batch_size": 8, "rollout.n_samples_per_prompt": 8,
+        "algo.advantage.estimator": "rloo",
+    },
+    "train_rloo_smollm2_cpu.sh": {
+        "speed.strategy": "uniform", "rollout.batch_size": 8, "rollout.n_samples_per_prompt": 8,
+        "algo.advantage.estimator": "rloo",
+    },
+}
+
+
+def lookup(config: dict, dotted: str):
+    for key in dotted.split("."):
+        config = config[key]
+    return config
+
+
+def header_gpus(text: str):
+    """(nodes, GPUs per node) from a header line 'Hardware: 4 nodes x 8 GPUs', or None (CPU)."""
+    m = re.search(r"^# Hardware: (\d+) nodes? x (\d+) GPUs", text, re.M)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# -- syntax ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", SHELL_FILES, ids=[str(p.relative_to(SCRIPTS)) for p in SHELL_FILES])
+def test_shell_syntax(path):
+    out = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_every_recipe_has_expectations():
+    assert set(RECIPES) == set(EXPECTED), "add the new recipe's resolved settings to EXPECTED"
+
+
+# -- inputs ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A fake model folder (the embedded model's config.json) and tiny prompt files."""
+    root = tmp_path_factory.mktemp("recipes")
+    out = subprocess.run([*openrlhf_speed_cmd(), "prepare-model"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    model = root / "model"
+    model.mkdir()
+    shutil.copy(Path(out.stdout.strip().splitlines()[-1]) / "config.json", model / "config.json")
+    data = root / "train.jsonl"
+    rows = ({"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "answer": str(i + 1)} for i in range(DATA_ROWS))
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    held_out = root / "test.jsonl"
+    held_out.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "4"}) + "\n")
+    return {"MODEL_PATH": str(model), "DATA_PATH": str(data), "EVAL_PATH": str(held_out), "OUT": str(root / "out")}
+
+
+def script_env(name: str, inputs: dict, **overrides) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in SCRIPT_VARS}
+    env["VENV"] = str(VENV_BIN.parent)
+    if header_gpus((SCRIPTS / name).read_text()):  # GPU recipes take their inputs from the environment
+        env.update(inputs)
+    if name == MULTINODE:
+        env["RAY_ADDRESS"] = "127.0.0.1:6379"  # a dry run never connects
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def run_script(name: str, env: dict, *args, timeout=900):
+    return subprocess.run(["bash", str(SCRIPTS / name), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+MISSING = {
+    "model-unset": ("train_speed_rloo_qwen7b.sh", {"MODEL_PATH": None}, ["MODEL_PATH is not set", "Qwen/Qwen2.5-Math-7B"]),
+    "model-no-config": ("train_speed_grpo_qwen7b.sh", {"MODEL_PATH": "/"}, ["MODEL_PATH=/", "config.json"]),
+    "data-missing": ("train_rloo_qwen7b.sh", {"DATA_PATH": "/nonexistent/train.jsonl"}, ["DATA_PATH=/nonexistent"]),
+    "eval-missing": ("train_speed_dapo_qwen7b.sh", {"EVAL_PATH": "/nonexistent/test.jsonl"}, ["EVAL_PATH"]),
+    "ray-address-unset": (MULTINODE, {"RAY_ADDRESS": None}, ["RAY_ADDRESS is not set", "sbatch"]),
+}
+
+
+@pytest.mark.parametrize("case", list(MISSING))
+def test_missing_input_fails_with_the_variable_named(case, inputs):
+    name, overrides, needles = MISSING[case]
+    out = run_script(name, script_env(name, inputs, **overrides), "--dry_run", timeout=60)
+    assert out.returncode != 0
+    for needle in needles:
+        assert needle in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+# -- dry runs --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dry_runs(request, inputs):
+    """name -> Future of the recipe's dry run, started together for the selected tests."""
+    if not (VENV_BIN / "openrlhf-speed").exists():
+        pytest.skip(f"no openrlhf-speed console script in {VENV_BIN}")
+    selected = sorted({item.callspec.params["recipe"] for item in request.session.items
+                       if item.module is request.module and "recipe" in getattr(item, "callspec", NO_PARAMS).params})
+    pool = ThreadPoolExecutor(max_workers=PARALLEL)
+    futures = {name: pool.submit(run_script, name, script_env(name, inputs), "--dry_run", "--train.max_steps", "3")
+               for name in selected}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def plan_of(out) -> dict:
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout[out.stdout.index("{"):])
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_dry_run_resolves_the_recipe(recipe, dry_runs, inputs):
+    from transformers import SchedulerType
+
+    plan = plan_of(dry_runs[recipe].result())
+    config, resources = plan["config"], plan["resources"]
+    for dotted, want in EXPECTED[recipe].items():
+        assert lookup(config, dotted) == want, dotted
+    assert config["train"]["max_steps"] == 3  # extra arguments are passed through
+    curriculum = resources["curriculum"]
+    assert curriculum["strategy"] == config["speed"]["strategy"]
+
+    gpus = header_gpus((SCRIPTS / recipe).read_text())
+    if gpus is None:  # CPU recipe: the embedded model and data
+        assert config["actor"]["model_name_or_path"].endswith("SmolLM2-135M-Instruct-bf16-v2")
+        return
+    nodes, per_node = gpus
+    assert resources["total_gpus"] == nodes * per_node, resources
+    assert resources["nodes"] <= nodes
+    assert config["actor"]["model_name_or_path"] == inputs["MODEL_PATH"]
+    assert config["data"]["prompt_dataset"] == inputs["DATA_PATH"]
+    assert config["eval"]["dataset"] == inputs["EVAL_PATH"] and config["eval"]["steps"] > 0
+    assert config["ckpt"]["path"].startswith(inputs["OUT"])
+    assert [u.endswith("reward_func.py") for u in config["reward"]["remote_url"]] == [True]  # split by OpenRLHF
+
+    # 10 warmup optimizer steps through OpenRLHF's ratio: ceil(S * ratio), with S as
+    # ppo_trainer.prepare_datasets computes it for the 1000-row data file.
+    s = (DATA_ROWS * config["rollout"]["n_samples_per_prompt"] // config["train"]["batch_size"]
+         * config["train"]["num_episodes"] * config["train"]["max_epochs"])
+    assert math.ceil(s * config["actor"]["lr_warmup_ratio"]) == 10
+    SchedulerType(config["actor"]["lr_scheduler"])  # OpenRLHF passes any string on to transformers
+
+    if recipe == MULTINODE:  # the Slurm job allocates what the recipe plans
+        text = SBATCH.read_text()
+        sbatch_nodes = int(re.search(r"^#SBATCH --nodes=(\d+)$", text, re.M).group(1))
+        sbatch_gpus = int(re.search(r"^#SBATCH --gpus-per-task=(\d+)$", text, re.M).group(1))
+        assert (sbatch_nodes, sbatch_gpus) == (nodes, per_node)
+        assert MULTINODE in text and "ray\" start --head" in text
+
+
