@@ -65,6 +65,21 @@ def add_arguments(parser) -> None:
         "on any difference (costs a pass over the weights; for tests and debugging).",
     )
     group.add_argument(
+        "--log.jsonl",
+        type=str,
+        default=None,
+        help="Append one JSON line per training step and per evaluation to this file: every logged metric, plus "
+        "train_wall_s, the wall-clock seconds since training started excluding evaluation and checkpointing "
+        "(what `openrlhf-speed bench` plots).",
+    )
+    group.add_argument(
+        "--eval.at_start",
+        action="store_true",
+        default=False,
+        help="Evaluate once before the first step (the step-0 point of accuracy curves); needs --eval.dataset. "
+        "--eval.dataset embedded means the embedded held-out split.",
+    )
+    group.add_argument(
         "--ray.num_cpus",
         type=int,
         default=None,
@@ -180,6 +195,15 @@ def _resolve_defaults(args) -> list:
         args.data.input_key, args.data.label_key = "prompt", "answer"
         args.data.apply_chat_template = True
         notes.append(f"data: embedded arithmetic problems, train {train_path}")
+    if args.eval.dataset == "embedded":
+        from openrlhf_speed.data import embedded
+
+        args.eval.dataset = embedded.ensure_embedded_dataset(
+            n_train=args.data.embedded_n_train, n_test=args.data.embedded_n_test
+        )[1]
+        notes.append(f"eval: embedded held-out split {args.eval.dataset}")
+    if args.eval.at_start and not args.eval.dataset:
+        raise FlagError("--eval.at_start needs --eval.dataset (a jsonl file, or 'embedded').")
     if not args.reward.model_name_or_path and not args.reward.remote_url and not args.train.agent_func_path:
         args.reward.remote_url = _reward_func_path()
         notes.append(f"reward: math answer check ({args.reward.remote_url})")

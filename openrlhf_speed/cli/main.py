@@ -5,6 +5,7 @@ import sys
 COMMANDS = {
     "train": ("openrlhf_speed.cli.train", "RL training through OpenRLHF's Ray PPO pipeline (accepts its flags)"),
     "evaluate": ("openrlhf_speed.cli.evaluate", "held-out accuracy of a model folder on a jsonl file, via vLLM"),
+    "bench": ("openrlhf_speed.bench.run", "time to target accuracy of uniform RLOO, DAPO and SPEED side by side, with plots"),
     "gen-data": ("openrlhf_speed.data.build", "write the embedded arithmetic dataset (train/test jsonl)"),
     "prepare-data": ("openrlhf_speed.data.prepare", "convert local DAPO-17k / DeepScaleR / NuminaMath / MATH500 / AIME / AMC files to jsonl"),
     "prepare-model": ("openrlhf_speed.cli.prepare_model", "convert the embedded default model to an HF folder"),

@@ -8,10 +8,15 @@ import deepspeed
 import ray
 from openrlhf.trainer.ray import ppo_actor
 
+from openrlhf_speed.rollout.placement import log_placement
 from openrlhf_speed.rollout.weights import fingerprints
 
 
 class SpeedPolicyActor(ppo_actor.PolicyModelActor.__ray_actor_class__):
+    def __init__(self, world_size, rank, master_addr, master_port):
+        super().__init__(world_size, rank, master_addr, master_port)
+        log_placement(f"actor rank {rank}/{world_size}")
+
     def weight_fingerprints(self):
         """Fingerprints of the full (ZeRO-3 gathered) parameters, on every rank."""
         model = self.actor.model.module

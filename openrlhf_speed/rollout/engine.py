@@ -25,6 +25,9 @@ _Upstream = vllm_engine.RolloutRayActor.__ray_actor_class__
 
 class SpeedRolloutActor(_Upstream):
     async def __init__(self, *args, **kwargs):
+        from openrlhf_speed.rollout.placement import log_placement
+
+        log_placement(f"vLLM engine {ray.get_runtime_context().get_actor_id()[:8]}")
         kwargs["worker_extension_cls"] = WORKER_EXTENSION
         await super().__init__(*args, **kwargs)
 

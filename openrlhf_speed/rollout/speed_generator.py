@@ -19,6 +19,11 @@ reuses its conversion of an engine response into an `Experience`. Per request:
 
 The rewards come from OpenRLHF's own reward path inside the engine actors (the function
 given by `--reward.remote_url`), so scoring overlaps generation.
+
+`timing/curriculum_overhead`: seconds this driver spent in its own code during the step
+(scheduler calls, dispatch bookkeeping, trace writes, the progress bar), i.e. everything
+but waiting for engines and OpenRLHF's response-to-Experience conversion, which the plain
+generator does too. Drain time of the previous weight sync is included.
 """
 
 import json
@@ -53,6 +58,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self.last_metrics: dict = {}
         self._kwargs: dict = {}  # generate kwargs of the current step, for drain()
         self.max_steps = max_steps  # --train.max_steps: the run ends after this many batches
+        self._overhead_s = 0.0  # driver time since the last batch, see the module docstring
 
     # -- the OpenRLHF seam -------------------------------------------------------------
     @torch.no_grad()
@@ -74,6 +80,8 @@ class SpeedSamplesGenerator(SamplesGenerator):
         samples = [r.payload for g in batch.groups for r in g.responses]  # [B*N], group-major
         self.last_metrics = dict(batch.metrics)
         self.last_metrics["timing/curriculum_wait"] = time.time() - t0
+        self.last_metrics["timing/curriculum_overhead"] = self._overhead_s
+        self._overhead_s = 0.0
         if batch.starvation_warning:
             print(f"[openrlhf-speed] WARNING {batch.starvation_warning}", flush=True)
         self._log("batch", step=batch.step, prompts=[[g.prompt_index, g.epoch] for g in batch.groups],
@@ -96,14 +104,17 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self._kwargs = kwargs
         bar = tqdm(total=self.scheduler.config.batch_prompts, desc="SPEED batch (groups ready)", leave=False)
         while True:
+            t0 = time.perf_counter()
             bar.n = min(self.scheduler.buffer_len, bar.total)
             bar.set_postfix(inflight=self.scheduler.inflight_prompts, refresh=True)
             batch = self.scheduler.pop_batch()
             if batch is not None or self.scheduler.exhausted:
                 bar.close()
+                self._overhead_s += time.perf_counter() - t0
                 return batch
             for request in self.scheduler.next_requests():
                 self._dispatch(request, kwargs)
+            self._overhead_s += time.perf_counter() - t0
             if not self._pending:
                 raise RuntimeError(
                     "the SPEED scheduler has no batch, no work in flight and is not exhausted; this is a bug "
@@ -150,7 +161,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
             request, engine, version = self._pending.pop(ref)
             self._engine_load[engine] -= request.n
             try:
-                outputs = ray.get(ref)
+                outputs = ray.get(ref)  # done already: ray.wait returned it
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
                 raise EngineDiedError(
                     f"vLLM engine {engine} failed while generating {request.n} responses for prompt "
@@ -158,9 +169,11 @@ class SpeedSamplesGenerator(SamplesGenerator):
                     "curriculum state: resume with --ckpt.load_enable after fixing the cause."
                 ) from e
             experiences = [self._process_response_into_experience(o, **kwargs) for o in outputs]
+            t0 = time.perf_counter()
             responses = [self._to_response(e, version) for e in experiences]
             self._log("scored", prompt=request.prompt_index, phase=request.phase, rewards=[r.reward for r in responses])
             self.scheduler.submit(request.request_id, responses, engine=engine)
+            self._overhead_s += time.perf_counter() - t0
 
     @staticmethod
     def _to_response(experience, version: int) -> Response:

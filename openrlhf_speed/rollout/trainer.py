@@ -14,10 +14,18 @@ so none straddles a weight change) -> weight sync (policy version + 1) -> checkp
 The reward is computed inside the vLLM engine actors as each response finishes, so it
 overlaps generation; `timing/reward` is the reward function's own time summed over the
 batch's samples and `timing/generation` still contains it.
+
+Run log (`--log.jsonl`): one line per step and per evaluation. `train_wall_s` is the
+training clock the paper reports: wall-clock since `fit` started, minus evaluation and
+checkpointing. `eval_accuracy` is the mean reward over all evaluation samples (pass@1
+estimated with `--eval.n_samples_per_prompt` samples), the figure `openrlhf-speed
+evaluate` reports as accuracy.
 """
 
 import glob
+import json
 import os
+import time
 
 import ray
 import torch
@@ -46,6 +54,7 @@ def step_line(step: int, status: dict) -> str:
         ("experience", "timing/make_experience"),
         ("train", "timing/ppo_train"),
         ("drain", "timing/drain"),
+        ("curriculum", "timing/curriculum_overhead"),
         ("weight_sync", "timing/broadcast"),
     ]
     split = " ".join(f"{name} {status[key]:.1f}s" for name, key in timings if key in status)
@@ -61,6 +70,8 @@ def make_trainer_class(upstream_actor_class):
         _fingerprints = None
         _resume_sync = False
         _drain_time = 0.0
+        _clock_start = None
+        _excluded_s = 0.0  # evaluation + checkpointing, off the training clock
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -83,7 +94,52 @@ def make_trainer_class(upstream_actor_class):
             # first check then comes after the first step.
             if self.args.check.weight_sync and self.vllm_engines and not self._resume_sync:
                 self.check_weight_sync(label="before training")
+            if self.args.eval.at_start and self.eval_dataloader and not self._resume_sync:
+                self.evaluate(0, **self._eval_kwargs())
+            self._clock_start, self._excluded_s = time.time(), 0.0
             return super().fit(global_step)
+
+        def _eval_kwargs(self) -> dict:
+            # The same overrides upstream fit() applies before its evaluations.
+            kwargs = dict(self.generate_kwargs)
+            kwargs["temperature"] = self.args.eval.temperature
+            kwargs["n_samples_per_prompt"] = self.args.eval.n_samples_per_prompt
+            return kwargs
+
+        def _train_wall_s(self) -> float:
+            return time.time() - self._clock_start - self._excluded_s if self._clock_start else 0.0
+
+        def _log_jsonl(self, record: dict) -> None:
+            if not self.args.log.jsonl:
+                return
+            plain = {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in record.items()
+                     if isinstance(v, (int, float, str))}
+            with open(self.args.log.jsonl, "a") as f:
+                f.write(json.dumps(plain) + "\n")
+
+        def evaluate(self, global_step, **generate_kwargs):
+            t0 = time.time()
+            rewards = []
+            upstream = self.samples_generator.generate_eval_samples
+
+            def capture(**kwargs):  # keeps the samples so the overall accuracy needs no second pass
+                samples = upstream(**kwargs)
+                rewards.extend(float(r) for s in samples for r in s.rewards)
+                return samples
+
+            self.samples_generator.generate_eval_samples = capture
+            try:
+                logs = super().evaluate(global_step, **generate_kwargs)
+            finally:
+                del self.samples_generator.generate_eval_samples  # back to the class's method
+            logs["eval_accuracy"] = sum(rewards) / max(len(rewards), 1)
+            logs["eval_time_s"] = time.time() - t0
+            self._excluded_s += logs["eval_time_s"]
+            print(f"[openrlhf-speed] eval step {global_step} | accuracy {logs['eval_accuracy']:.4f} over "
+                  f"{len(rewards)} samples | train_wall {self._train_wall_s():.1f}s | eval {logs['eval_time_s']:.1f}s",
+                  flush=True)
+            self._log_jsonl({"event": "eval", "step": global_step, "train_wall_s": self._train_wall_s(), **logs})
+            return logs
 
         def train_step(self, rollout_samples, global_step):
             reward_time = sum(float(s.info["reward_time"].sum()) for s in rollout_samples if "reward_time" in s.info)
@@ -107,9 +163,13 @@ def make_trainer_class(upstream_actor_class):
         def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
             if logs_dict:
                 print(f"[openrlhf-speed] {step_line(global_step, logs_dict)}", flush=True)
+                self._log_jsonl({"event": "step", "step": global_step, "train_wall_s": self._train_wall_s(),
+                                 **logs_dict})
+            t0 = time.time()
             super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
             if self.speed and global_step % self.args.ckpt.save_steps == 0:
                 self._save_curriculum(global_step)
+            self._excluded_s += time.time() - t0
 
         # -- curriculum checkpoints ----------------------------------------------------
         def _speed_state_path(self, global_step: int) -> str:

@@ -1,0 +1,15 @@
+"""Which Ray node each role landed on: one line per role process, so a multi-node run
+shows in its log whether the engines and the actor are where the user expects."""
+
+import os
+import socket
+
+import ray
+
+
+def log_placement(role: str) -> str:
+    node_id = ray.get_runtime_context().get_node_id()
+    line = (f"[openrlhf-speed] placement: {role} on node {node_id[:12]} "
+            f"(ip {ray.util.get_node_ip_address()}, host {socket.gethostname()}, pid {os.getpid()})")
+    print(line, flush=True)
+    return node_id

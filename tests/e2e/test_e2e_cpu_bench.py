@@ -1,0 +1,40 @@
+"""`openrlhf-speed bench` end to end at its smallest size: three real training runs
+(uniform RLOO, DAPO filtering, SPEED-RLOO) with held-out evaluations, the engine's own
+throughput, and the report a user reads (table, CSV, JSON, plot)."""
+
+import json
+import subprocess
+
+import pytest
+from _util import openrlhf_speed_cmd
+
+pytestmark = pytest.mark.e2e_extra
+
+
+def test_tiny_bench_reports_every_curriculum(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([*openrlhf_speed_cmd(), "bench", "--mode", "tiny", "--out", str(out)],
+                          capture_output=True, text=True, timeout=2400)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    # One progress line per evaluation and step, per curriculum.
+    for name in ("uniform", "dapo", "speed"):
+        assert f"[bench {name}] eval step 0 | accuracy" in log and f"[bench {name}] step 1 |" in log, log[-3000:]
+
+    results = json.load(open(out / "results.json"))
+    assert set(results["summary"]) == {"uniform", "dapo", "speed"}
+    for name, s in results["summary"].items():
+        run = results["runs"][name]
+        assert [e["step"] for e in run["evals"]] == [0, 1]
+        assert all(0.0 <= e["eval_accuracy"] <= 1.0 and e["eval_num_samples"] == 8 * 2 for e in run["evals"])
+        assert s["steps"] == 1 and s["train_wall_s"] > 0 and s["tokens_generated"] > 0
+        # The training clock excludes the evaluations.
+        assert s["train_wall_s"] < run["steps"][0]["timing/step_total"] + 60
+        assert 0.0 <= s["curriculum_overhead_share"] < 0.5
+    # Strategies account tokens by phase: SPEED screens then continues, the others generate groups whole.
+    assert results["summary"]["speed"]["tokens_screen"] > 0 and results["summary"]["speed"]["tokens_full"] == 0
+    assert results["summary"]["uniform"]["tokens_full"] > 0 and results["summary"]["uniform"]["tokens_discarded"] == 0
+    assert results["engine"]["tokens_per_s"] > 0
+    assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    assert "speed_over_uniform" in (out / "summary.md").read_text()
+    assert results["versions"]["openrlhf"] == "0.11.2"
