@@ -14,7 +14,7 @@ Definitions:
 - useful-token share: tokens of trained groups whose rewards are not all equal / tokens
   generated (`speed/useful_token_share_cum` of the last step);
 - curriculum overhead share: driver time outside generation, reward and training
-  (`timing/curriculum_overhead`) / the training clock.
+  (`timing_parts/curriculum_overhead`) / the training clock.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
         "generation_s": gen_s,
         "generation_tokens_per_s": tokens["generated"] / gen_s if gen_s else float("nan"),
         "train_s": _sum(steps, "timing/ppo_train"),
-        "curriculum_overhead_s": _sum(steps, "timing/curriculum_overhead"),
-        "curriculum_overhead_share": _sum(steps, "timing/curriculum_overhead") / wall if wall else float("nan"),
+        "curriculum_overhead_s": _sum(steps, "timing_parts/curriculum_overhead"),
+        "curriculum_overhead_share": _sum(steps, "timing_parts/curriculum_overhead") / wall if wall else float("nan"),
         "eval_s": _sum(evals, "eval_time_s"),
     }
 
@@ -155,7 +155,7 @@ def table_markdown(report: dict) -> str:
 def write_csv(runs: dict, path: str) -> None:
     keys = ["curriculum", "event", "step", "train_wall_s", "eval_accuracy", "rollout/reward_mean",
             "speed/tokens_generated", "speed/useful_token_share_cum", "timing/generation", "timing/ppo_train",
-            "timing/curriculum_overhead"]
+            "timing_parts/curriculum_overhead"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         w.writeheader()

@@ -137,8 +137,10 @@ def _run_logged(cmd: list, log_path: str, prefix: str) -> int:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         for line in proc.stdout:
             log.write(line)
-            if line.startswith("[openrlhf-speed] step ") or line.startswith("[openrlhf-speed] eval "):
-                print(f"[bench {prefix}] {line[len('[openrlhf-speed] '):].rstrip()}", flush=True)
+            # Ray prefixes actor output with "(SpeedPPOTrainer pid=...)": match anywhere.
+            for tag in ("[openrlhf-speed] step ", "[openrlhf-speed] eval "):
+                if tag in line:
+                    print(f"[bench {prefix}] {line[line.index(tag) + len('[openrlhf-speed] '):].rstrip()}", flush=True)
         return proc.wait()
 
 

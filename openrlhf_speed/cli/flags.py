@@ -89,14 +89,21 @@ def add_arguments(parser) -> None:
 
 def add_speed_arguments(parser) -> None:
     g = parser.add_argument_group("SPEED curriculum (--speed.*)")
-    g.add_argument("--speed.strategy", type=str, default="speed", choices=["speed", "dapo", "uniform", "off"],
+    g.add_argument("--speed.strategy", type=str, default="speed",
+                   choices=["speed", "dapo", "uniform", "greso", "cures", "speed_bayes", "off"],
                    help="speed: screen each prompt with N_init responses and continue only those whose pass rate lies "
                    "in (pass_rate_low, pass_rate_high) (default); dapo: generate all N, keep mixed groups (DAPO dynamic "
                    "sampling); uniform: generate all N, keep every group (plain RLOO/GRPO through the same driver); "
+                   "greso: skip prompts whose recent groups were all correct or all wrong before any rollout (GRESO, "
+                   "arXiv 2506.02177), then generate all N and keep mixed groups; cures: order each epoch by a Beta "
+                   "posterior of the pass rate (prompts near 0.5 first) and size each prompt's first request from it "
+                   "(CurES, arXiv 2510.01037); speed_bayes: speed, but a decaying per-prompt posterior skips "
+                   "screenings that would confidently fail and requests all N at once for prompts that confidently "
+                   "qualify; "
                    "off: OpenRLHF's own samples generator, untouched.")
     g.add_argument("--speed.n_init", type=int, default=None,
-                   help="N_init, screening responses per prompt (speed only); N_cont = n_samples_per_prompt - N_init. "
-                   "Default: min(4, n_samples_per_prompt // 2).")
+                   help="N_init, screening responses per prompt (speed, speed_bayes; for cures the smallest first "
+                   "request); N_cont = n_samples_per_prompt - N_init. Default: min(4, n_samples_per_prompt // 2).")
     g.add_argument("--speed.pass_rate_low", type=float, default=0.0,
                    help="a prompt qualifies when its screening pass rate is strictly above this")
     g.add_argument("--speed.pass_rate_high", type=float, default=1.0,
@@ -113,6 +120,29 @@ def add_speed_arguments(parser) -> None:
                    "(default: no limit; a low qualification rate only warns)")
     g.add_argument("--speed.warn_qualification_rate", type=float, default=0.1,
                    help="warn, with the screening pass-rate histogram, when fewer than this share of screened prompts qualify")
+    g.add_argument("--speed.explore_floor", type=float, default=None,
+                   help="greso, speed_bayes: least probability that a prompt the history says to skip is tried anyway, "
+                   "so no prompt is skipped forever (default: greso 0.01 as in GRESO, speed_bayes 0.05)")
+    g.add_argument("--speed.posterior_decay", type=float, default=None,
+                   help="cures, speed_bayes: per-epoch factor on a prompt's correct/wrong counts, so the posterior "
+                   "follows a changing policy (default: cures 1.0, speed_bayes 0.9)")
+    g.add_argument("--speed.greso_p_init", type=float, default=0.5,
+                   help="greso: initial base keep probability p (easy and hard); a prompt with k zero-variance visits "
+                   "in a row is kept with probability max(p^k, explore_floor)")
+    g.add_argument("--speed.greso_p_step", type=float, default=0.01,
+                   help="greso: change of p_easy / p_hard after each training batch, toward the target share")
+    g.add_argument("--speed.greso_target_zero_variance", type=float, default=0.25,
+                   help="greso: share of zero-variance groups among rolled-out groups that p_easy / p_hard steer to "
+                   "(1/3 all-correct, 2/3 all-wrong)")
+    g.add_argument("--speed.cures_temperature", type=float, default=0.1,
+                   help="cures: tau of the prompt weights exp(sqrt(p(1-p)) / tau); smaller puts prompts near p = 0.5 "
+                   "earlier in each epoch")
+    g.add_argument("--speed.bayes_skip_confidence", type=float, default=0.8,
+                   help="speed_bayes: skip a prompt's screening when the posterior predictive probability that it "
+                   "falls outside the pass-rate band is at least this")
+    g.add_argument("--speed.bayes_admit_confidence", type=float, default=0.9,
+                   help="speed_bayes: request all N responses at once, without screening, when the posterior "
+                   "predictive probability that the full group is inside the band is at least this")
     g.add_argument("--speed.trace_path", type=str, default=None,
                    help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
 
@@ -139,6 +169,14 @@ def speed_config(args):
         correct_threshold=s.correct_threshold,
         max_screened_per_batch=s.max_screened_per_batch,
         warn_qualification_rate=s.warn_qualification_rate,
+        explore_floor=s.explore_floor,
+        posterior_decay=s.posterior_decay,
+        greso_p_init=s.greso_p_init,
+        greso_p_step=s.greso_p_step,
+        greso_target_zero_variance=s.greso_target_zero_variance,
+        cures_temperature=s.cures_temperature,
+        bayes_skip_confidence=s.bayes_skip_confidence,
+        bayes_admit_confidence=s.bayes_admit_confidence,
     )
 
 

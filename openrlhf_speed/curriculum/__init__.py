@@ -15,7 +15,13 @@ B = prompts per training batch):
      `max_inflight_prompts` prompts in flight;
   5. buffer: complete groups wait for later steps; every batch has exactly B groups.
 Strategies: `speed` (above, default), `dapo` (request N, keep groups inside the band),
-`uniform` (request N, keep all); more can be registered by name (`register_strategy`).
+`uniform` (request N, keep all), and history-based ones that read a bounded per-prompt
+history (`PromptHistory`, 13 bytes per prompt, checkpointed): `greso` (skip prompts with
+zero-variance streaks before rollout, GRESO arXiv 2506.02177), `cures` (posterior-weighted
+epoch order and posterior-sized first requests, CurES arXiv 2510.01037), `speed_bayes`
+(SPEED whose posterior skips confident screenings and admits confident prompts without
+one); see `history_strategies.py`. More can be registered by name (`register_strategy`).
+`compare.compare_strategies` runs several of them on one simulated policy.
 
 Driving it with your own engine::
 
@@ -45,7 +51,7 @@ Driving it with your own engine::
 - `next_requests()` returns only new work; each request is returned once. A continuation
   carries `engine_hint`, the `engine` passed to `submit` with its screening (prefix cache).
 - `submit` takes all `n` responses of a request at once.
-- `state_dict()` / `load_state_dict(d)`: plain picklable python. After a restore the next
+- `state_dict()` / `load_state_dict(d)`: plain picklable python and numpy arrays. After a restore the next
   `next_requests()` hands out again every request that was outstanding at save time (same
   ids); the driver must drop any results of requests it started before the restore.
 - Validation errors name the command-line flags (`FLAGS`), e.g. `--speed.n_init`.
@@ -57,11 +63,13 @@ See `scheduler.py` for the documented policies (buffer bound, starvation, epoch 
 from .config import FLAGS, SpeedConfig
 from .records import (Batch, Group, PromptState, Request, Response, StarvationError,
                       StarvationWarning)
+from .history import BYTES_PER_PROMPT, PromptHistory
 from .scheduler import Scheduler
-from .strategies import (STRATEGIES, Decision, PromptHistory, Strategy, pass_rate, qualify,
-                         register_strategy)
+from .strategies import STRATEGIES, Decision, Strategy, pass_rate, qualify, register_strategy
+from . import history_strategies  # noqa: F401,E402  (registers greso, cures, speed_bayes)
 
 __all__ = [
+    "BYTES_PER_PROMPT",
     "FLAGS",
     "STRATEGIES",
     "Batch",

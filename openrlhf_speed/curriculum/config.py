@@ -18,6 +18,7 @@ Departures from the paper (SPEED-RL, arXiv 2506.09016):
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 # Field name -> command-line flag, used in every validation and starvation message.
@@ -35,6 +36,14 @@ FLAGS = {
     "correct_threshold": "--speed.correct_threshold",
     "max_screened_per_batch": "--speed.max_screened_per_batch",
     "warn_qualification_rate": "--speed.warn_qualification_rate",
+    "explore_floor": "--speed.explore_floor",
+    "posterior_decay": "--speed.posterior_decay",
+    "greso_p_init": "--speed.greso_p_init",
+    "greso_p_step": "--speed.greso_p_step",
+    "greso_target_zero_variance": "--speed.greso_target_zero_variance",
+    "cures_temperature": "--speed.cures_temperature",
+    "bayes_skip_confidence": "--speed.bayes_skip_confidence",
+    "bayes_admit_confidence": "--speed.bayes_admit_confidence",
 }
 
 # Fields a resumed run may change (load_state_dict accepts them); the others define the
@@ -47,6 +56,16 @@ RESUMABLE_CHANGES = (
     "buffer_size",
     "pass_rate_low",
     "pass_rate_high",
+    # History-based knobs: they steer future decisions only; the current epoch's order is
+    # checkpointed, so changing them loses or repeats nothing.
+    "explore_floor",
+    "posterior_decay",
+    "greso_p_init",
+    "greso_p_step",
+    "greso_target_zero_variance",
+    "cures_temperature",
+    "bayes_skip_confidence",
+    "bayes_admit_confidence",
 )
 
 
@@ -68,6 +87,21 @@ class SpeedConfig:
     max_screened_per_batch: raise StarvationError when more prompts than this were
         screened since the last batch and the next batch is still not full. None: no limit.
     warn_qualification_rate: warn when a batch window's qualification rate is below this.
+
+    History-based strategies (`history_strategies.py`; None = the strategy's default):
+    explore_floor: least probability that a prompt the history says to skip is started
+        anyway (greso: 0.01 as in GRESO; speed_bayes: 0.05).
+    posterior_decay: per-epoch factor on a prompt's pass/fail counts (cures: 1.0, CurES
+        accumulates; speed_bayes: 0.9).
+    greso_p_init / greso_p_step / greso_target_zero_variance: GRESO's base keep
+        probabilities (easy and hard start equal), their step per training batch, and the
+        share of zero-variance groups among rolled-out groups they steer to (1/3 easy,
+        2/3 hard). Paper defaults 0.5 / 0.01 / 0.25.
+    cures_temperature: tau of CurES's prompt weights exp(sqrt(p(1-p)) / tau).
+    bayes_skip_confidence: speed_bayes skips screening when the posterior predictive
+        probability that the screening fails the band is at least this.
+    bayes_admit_confidence: speed_bayes requests all N at once, without screening, when
+        the posterior predictive probability that the full group qualifies is at least this.
     """
 
     n_samples_per_prompt: int = 8
@@ -83,6 +117,14 @@ class SpeedConfig:
     correct_threshold: float = 0.5
     max_screened_per_batch: Optional[int] = None
     warn_qualification_rate: float = 0.1
+    explore_floor: Optional[float] = None
+    posterior_decay: Optional[float] = None
+    greso_p_init: float = 0.5
+    greso_p_step: float = 0.01
+    greso_target_zero_variance: float = 0.25
+    cures_temperature: float = 0.1
+    bayes_skip_confidence: float = 0.8
+    bayes_admit_confidence: float = 0.9
 
     @property
     def inflight_limit(self) -> int:
@@ -149,4 +191,22 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
         errors.append(
             f"{f['warn_qualification_rate']} ({cfg.warn_qualification_rate}) must be in [0, 1]"
         )
+    for field, low, high, closed_low in _HISTORY_RANGES:
+        value = getattr(cfg, field)
+        if value is not None and not (low <= value <= high and (closed_low or value > low)):
+            span = f"in {'[' if closed_low else '('}{low:g}, {high:g}]" if high < math.inf else f"> {low:g}"
+            errors.append(f"{f[field]} ({value}) must be {span}")
     return errors
+
+
+# (field, low, high, low end included): the history-based knobs are probabilities or factors.
+_HISTORY_RANGES = (
+    ("explore_floor", 0.0, 1.0, True),
+    ("posterior_decay", 0.0, 1.0, False),
+    ("greso_p_init", 0.0, 1.0, False),
+    ("greso_p_step", 0.0, 1.0, True),
+    ("greso_target_zero_variance", 0.0, 1.0, True),
+    ("cures_temperature", 0.0, math.inf, False),
+    ("bayes_skip_confidence", 0.0, 1.0, False),
+    ("bayes_admit_confidence", 0.0, 1.0, False),
+)

@@ -7,8 +7,10 @@ partly generated in earlier windows, so per-window ratios that mix "trained" wit
 run totals and stay within [0, 1].
 
 Metric keys (all floats, prefix `speed/`):
-    screen_hist_{k/n:.2f}   prompts whose first request had k of n correct (n = N_init for
-                            `speed`, N for strategies that request the group at once)
+    screen_hist_{j/n:.2f}   prompts whose first request had k of m correct, n = the
+                            strategy's screen size (N_init for `speed`, N for `dapo`); a first
+                            request of another size m (cures, speed_bayes admissions) is binned
+                            at j = round(k * n / m), so the keys stay the same n + 1
     prompts_screened / _qualified / _rejected / _skipped, qualification_rate
     prompts_consumed        groups trained so far (run total)
     tokens_screen / _continue / _full / _generated / _discarded / _trained
@@ -18,7 +20,9 @@ Metric keys (all floats, prefix `speed/`):
     staleness_screen_mean / _max   policy_version at train - version of screening samples
     staleness_mean / _max          same over all samples of the batch
     accuracy                mean reward of the trained groups (the paper's Fig. 4: ~0.5)
-    reason/<reason>         decisions in the window, per reason
+    reason/<reason>         decisions in the window, per reason (skips and admissions of the
+                            history-based strategies too: reason/greso_skip_hard, ...)
+    <strategy keys>         whatever the strategy's metrics() adds, e.g. greso_p_easy
     epoch, epoch_position   where the next prompt to start sits (ahead of the trained
                             groups by the prompts in flight and in the buffer)
     step                    0-based index of the batch
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from typing import Optional
 
 import numpy as np
@@ -132,7 +137,8 @@ def batch_metrics(win: Window, groups: list, cfg: SpeedConfig, *, screen_n: int,
     for k in range(screen_n + 1):  # zero-filled so logger keys are stable
         hist[f"speed/screen_hist_{k / screen_n:.2f}"] += 0
     for (k, n), c in win.hist.items():
-        hist[f"speed/screen_hist_{k / n:.2f}"] += c
+        j = math.floor(k * screen_n / n + 0.5)  # k when n == screen_n
+        hist[f"speed/screen_hist_{j / screen_n:.2f}"] += c
     m.update(hist)
 
     m["speed/prompts_screened"] = win.screened

@@ -9,11 +9,13 @@ A plain object driven by a rollout driver that owns the inference engines:
 
 Policies (documented here because the driver and the README rely on them):
 - Epoch order: epoch e visits prompts in `epoch_order(e)`, a permutation seeded by
-  (seed, e). Every prompt of an epoch is started exactly once; a strategy may skip one,
-  which is counted (`reason/<why>`, `prompts_skipped`). Epochs stream into each other:
-  the next epoch's prompts start while the last ones of the previous epoch are in
-  flight, and leftover ready groups carry over, so every batch has exactly B groups and
-  may mix two epochs (a small dataset can then hold one prompt twice in a batch).
+  (seed, e), which a strategy may reorder when the epoch begins (`order_epoch`: CurES
+  puts prompts near p = 0.5 first). Every prompt of an epoch is started exactly once; a
+  strategy may skip one, which is counted (`reason/<why>`, `prompts_skipped`). Epochs
+  stream into each other: the next epoch's prompts start while the last ones of the
+  previous epoch are in flight, and leftover ready groups carry over, so every batch has
+  exactly B groups and may mix two epochs (a small dataset can then hold one prompt twice
+  in a batch, and start a prompt's next visit before its last one is scored).
 - In-flight bound: at most `max_inflight_prompts` prompts have a request outstanding
   (screening, continuation or full). Continuations are always issued at once: their
   prompt is already counted, and waiting would only idle the engines.
@@ -34,11 +36,14 @@ Policies (documented here because the driver and the README rely on them):
   number is `totals()["groups_dropped_at_end"]`.
 - Staleness: responses carry the policy version that generated them; the driver sets
   `policy_version` after each weight sync; batches report the age of screening samples.
+- History: every scored request updates `history` (`PromptHistory`: a fixed 13 bytes per
+  prompt), every accepted or rejected visit its zero-variance streak; strategies read it.
 - State: `state_dict()` is plain picklable python (lists, dicts, tuples, the payloads as
-  given). On `load_state_dict`, every request that was outstanding is handed out again,
-  with the same request id and needs, by the next `next_requests()`; responses already
-  submitted are kept. Given the same driver results, a resumed run then issues the same
-  requests and batches as an uninterrupted one.
+  given) plus numpy arrays for the per-prompt history and the current epoch order, and
+  the strategy's own state. On `load_state_dict`, every request that was outstanding is
+  handed out again, with the same request id and needs, by the next `next_requests()`;
+  responses already submitted are kept. Given the same driver results, a resumed run
+  then issues the same requests and batches as an uninterrupted one.
 
 Departures from the paper (SPEED-RL, arXiv 2506.09016) and its reference code: the paper
 screens and continues in one synchronous batched call per step; here both are a stream
@@ -61,9 +66,12 @@ from .metrics import (Window, batch_metrics, starvation_error_message, starvatio
                       useful_tokens)
 from .records import (PHASE_CONTINUE, STATUS_OF_PHASE, STATUS_READY, STATUS_REJECTED, Batch,
                       PromptState, Request, StarvationError, StarvationWarning)
-from .strategies import ACCEPT, REJECT, REQUEST, SKIP, STRATEGIES, Decision, PromptHistory
+from .history import PromptHistory
+from .strategies import ACCEPT, REJECT, REQUEST, SKIP, STRATEGIES, Decision
 
-STATE_FORMAT = 1
+# 2: the history became per-prompt arrays; the epoch order and the strategy's state are
+# saved. Format 1 checkpoints still load (their history records are replayed).
+STATE_FORMAT = 2
 
 
 class Scheduler:
@@ -73,11 +81,11 @@ class Scheduler:
         self.config = config.validate()
         self.num_prompts = num_prompts
         self.strategy = STRATEGIES[config.strategy](config)
-        self.history = PromptHistory()
+        self.history = PromptHistory(num_prompts, decay=self.strategy.history_decay(config))
         self.policy_version = 0
         self._epoch = 0  # epoch of the next prompt to start
-        self._position = 0  # index into epoch_order(_epoch) of the next prompt
-        self._order = self.epoch_order(0)  # [num_prompts]
+        self._position = 0  # index into _order of the next prompt
+        self._order = self._make_order(0)  # [num_prompts]
         self._next_id = 0
         self._inflight: dict[int, PromptState] = {}  # request_id -> prompt awaiting it
         self._outbox: list[Request] = []  # issued but not yet handed to the driver
@@ -101,9 +109,11 @@ class Scheduler:
             if nxt is None:
                 break
             epoch, index = nxt
+            self.history.epoch, self.history.phase = epoch, None
             decision = self.strategy.start(index, self.history)
-            if decision.verdict == SKIP:
+            if decision.verdict == SKIP or decision.reason in self.strategy.reasons:
                 self._count_reason(decision.reason)
+            if decision.verdict == SKIP:
                 self._window.skipped += 1
                 self._totals["prompts_skipped"] += 1
                 continue
@@ -129,16 +139,18 @@ class Scheduler:
         if engine is not None:
             state.engine = engine
         rewards = np.array([r.reward for r in responses], dtype=np.float64)  # [req.n]
-        version = max(r.policy_version for r in responses)
-        self.history.record(state.prompt_index, state.epoch, version, req.phase, rewards,
-                            self.config.correct_threshold)
+        threshold = self.config.correct_threshold
+        self.history.record(state.prompt_index, state.epoch, int(np.sum(rewards >= threshold)), req.n)
         tokens = sum(r.num_tokens for r in responses)
         self._window.tokens[req.phase] += tokens
         self._totals[f"tokens_{req.phase}"] += tokens
         self._totals["tokens_generated"] += tokens
 
         all_rewards = np.array([r.reward for r in state.responses], dtype=np.float64)  # [so far]
+        self.history.epoch, self.history.phase = state.epoch, req.phase
         decision = self.strategy.after_scored(state.prompt_index, all_rewards, self.history)
+        if decision.verdict in (ACCEPT, REJECT):
+            self.history.finish(state.prompt_index, int(np.sum(all_rewards >= threshold)), len(all_rewards))
         self._count_reason(decision.reason)
         if len(state.responses) == req.n:  # the first look at this prompt: its screening
             self._count_screening(rewards, passed=decision.verdict != REJECT)
@@ -153,6 +165,7 @@ class Scheduler:
         states = self._ready[: cfg.batch_prompts]
         del self._ready[: cfg.batch_prompts]
         groups = [s.to_group() for s in states]
+        self.strategy.on_batch(self._epoch)
         self._totals["prompts_consumed"] += len(groups)
         self._totals["tokens_useful"] += useful_tokens(groups)
         metrics = batch_metrics(
@@ -166,6 +179,7 @@ class Scheduler:
             "speed/epoch_position": float(self._position),
             "speed/step": float(self._step),
         })
+        metrics.update({f"speed/{k}": float(v) for k, v in self.strategy.metrics().items()})
         warning = starvation_warning(self._window, cfg)
         batch = Batch(self._step, groups, metrics, warning)
         self._step += 1
@@ -218,8 +232,18 @@ class Scheduler:
         if self._position == self.num_prompts:
             self._epoch += 1
             self._position = 0
-            self._order = self.epoch_order(self._epoch)
+            self._order = self._make_order(self._epoch)
         return item
+
+    def _make_order(self, epoch: int) -> np.ndarray:
+        """The strategy's order for `epoch`, checked to be a permutation: a strategy may
+        reorder an epoch, never drop or repeat a prompt in it."""
+        self.history.epoch, self.history.phase = epoch, None
+        order = np.asarray(self.strategy.order_epoch(epoch, self.epoch_order(epoch), self.history))
+        if order.shape != (self.num_prompts,) or np.bincount(order, minlength=self.num_prompts).max() != 1:
+            raise RuntimeError(f"strategy {self.config.strategy!r} order_epoch() did not return a "
+                               f"permutation of the {self.num_prompts} prompts")
+        return order
 
     def _issue(self, state: PromptState, decision: Decision) -> Request:
         hint = state.engine if decision.phase == PHASE_CONTINUE else None
@@ -273,7 +297,7 @@ class Scheduler:
     # ---- checkpointing ----------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Plain picklable python; payloads are included as given."""
+        """Plain picklable python and numpy arrays; payloads are included as given."""
         return {
             "format": STATE_FORMAT,
             "config": dataclasses.asdict(self.config),
@@ -288,13 +312,14 @@ class Scheduler:
             "window": self._window.to_plain(),
             "totals": dict(self._totals),
             "history": self.history.state_dict(),
+            "order": self._order.astype(np.int32 if self.num_prompts < 2**31 else np.int64),
+            "strategy": self.strategy.state_dict(),
         }
 
     def load_state_dict(self, d: dict) -> None:
         """Restore; outstanding requests are handed out again by the next next_requests()."""
         self._check_compatible(d)
         self._epoch, self._position = d["epoch"], d["position"]
-        self._order = self.epoch_order(self._epoch)
         self._next_id, self._step = d["next_request_id"], d["step"]
         self.policy_version = d["policy_version"]
         inflight = [PromptState.from_plain(p) for p in d["inflight"]]
@@ -304,11 +329,18 @@ class Scheduler:
         self._ready = [PromptState.from_plain(p) for p in d["ready"]]
         self._window = Window.from_plain(d["window"])
         self._totals = collections.Counter(d["totals"])
-        self.history.load_state_dict(d["history"])
+        self.history = PromptHistory(self.num_prompts, decay=self.strategy.history_decay(self.config))
+        if d["format"] == 1:
+            self.history.load_records_v1(d["history"])
+            self._order = self.epoch_order(self._epoch)  # no strategy reordered epochs then
+        else:
+            self.history.load_state_dict(d["history"])
+            self._order = np.asarray(d["order"], dtype=np.int64)
+            self.strategy.load_state_dict(d["strategy"])
 
     def _check_compatible(self, d: dict) -> None:
-        if d.get("format") != STATE_FORMAT:
-            raise ValueError(f"unknown scheduler state format {d.get('format')!r} (expected {STATE_FORMAT})")
+        if d.get("format") not in (1, STATE_FORMAT):
+            raise ValueError(f"unknown scheduler state format {d.get('format')!r} (expected 1 or {STATE_FORMAT})")
         now = dataclasses.asdict(self.config)
         changed = [
             f"{FLAGS.get(k, k)} (checkpoint {v!r}, now {now.get(k)!r})"

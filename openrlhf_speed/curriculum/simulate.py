@@ -1,7 +1,9 @@
 """A simulated policy and driver for the scheduler: tests and the benchmark use them.
 
 `SimulatedPolicy`: prompt i has a true pass rate p_i; each response is correct with
-probability p_i (reward 1.0, else 0.0) and has a random token count. The randomness of a
+probability p_i (reward 1.0, else 0.0) and has a random token count. A `rate_fn` makes the
+pass rate drift: p = rate_fn(prompt, epoch, policy_version), e.g. a prompt the policy
+learns to solve after some epochs (history-based strategies must notice it). The randomness of a
 request depends only on (seed, request_id), never on call order, so a run resumed from a
 checkpoint sees exactly the responses an uninterrupted run saw.
 
@@ -34,14 +36,22 @@ class SimulatedPolicy:
     """
 
     def __init__(self, pass_rates: Sequence[float], seed: int = 0,
-                 min_tokens: int = 16, max_tokens: int = 256) -> None:
+                 min_tokens: int = 16, max_tokens: int = 256,
+                 rate_fn: Optional[Callable[[int, int, int], float]] = None) -> None:
         self.pass_rates = np.asarray(pass_rates, dtype=np.float64)  # [num_prompts]
         self.seed = seed
         self.min_tokens, self.max_tokens = min_tokens, max_tokens
+        self.rate_fn = rate_fn
+
+    def rate(self, prompt_index: int, epoch: int, policy_version: int) -> float:
+        if self.rate_fn is None:
+            return float(self.pass_rates[prompt_index])
+        return float(self.rate_fn(prompt_index, epoch, policy_version))
 
     def respond(self, request: Request, policy_version: int) -> list:
         rng = np.random.default_rng([self.seed, request.request_id])
-        correct = rng.random(request.n) < self.pass_rates[request.prompt_index]  # [n]
+        p = self.rate(request.prompt_index, request.epoch, policy_version)
+        correct = rng.random(request.n) < p  # [n]
         tokens = rng.integers(self.min_tokens, self.max_tokens + 1, size=request.n)  # [n]
         return [
             Response(float(c), int(t), policy_version,
@@ -116,10 +126,12 @@ class SimulationResult:
 def run_simulation(pass_rates: Sequence[float], config: SpeedConfig, *, seed: int = 0,
                    completions_per_tick: Optional[int] = None, max_steps: Optional[int] = None,
                    min_tokens: int = 16, max_tokens: int = 256,
-                   observer: Optional[Callable] = None) -> SimulationResult:
+                   observer: Optional[Callable] = None,
+                   rate_fn: Optional[Callable[[int, int, int], float]] = None) -> SimulationResult:
     """Run a scheduler over len(pass_rates) simulated prompts; see SimulatedDriver."""
     sched = Scheduler(num_prompts=len(pass_rates), config=config)
-    policy = SimulatedPolicy(pass_rates, seed=seed, min_tokens=min_tokens, max_tokens=max_tokens)
+    policy = SimulatedPolicy(pass_rates, seed=seed, min_tokens=min_tokens, max_tokens=max_tokens,
+                             rate_fn=rate_fn)
     driver = SimulatedDriver(sched, policy, completions_per_tick, observer=observer)
     batches = driver.run(max_steps=max_steps)
     return SimulationResult(batches, driver.requests, sched, driver)

@@ -1,17 +1,26 @@
 """Curriculum strategies behind one registry, and the pure decisions they are made of.
 
-A strategy is a class constructed as `cls(config)` with two methods, both pure functions of
-their arguments (config, prompt index, rewards so far, `PromptHistory`) that return a
-`Decision` (verdict plus reason; reasons become counters in the batch metrics):
+A strategy is a class constructed as `cls(config)` whose two decision methods read their
+arguments (config, prompt index, rewards so far, `PromptHistory`) and return a `Decision`
+(verdict plus reason; reasons become counters in the batch metrics):
 
     start(prompt_index, history)          -> request the first responses, or skip the prompt
     after_scored(prompt_index, rewards, history)
                                           -> request more, accept the group, or reject it
 
-Strategies keep no state of their own: anything history-based (GRESO's pre-rollout
-skipping, a Bayesian pass-rate posterior) reads `PromptHistory`, which the scheduler feeds
-with every scored request and checkpoints. That is what lets `Scheduler.state_dict` capture
-a run completely.
+`history.epoch` / `history.phase` give the visit's epoch and the phase just scored.
+Optional hooks, all with do-nothing defaults:
+
+    order_epoch(epoch, order, history)    -> the order epoch `epoch` starts prompts in
+                                             (a permutation: every prompt stays reachable)
+    on_batch(epoch)                       called when a training batch is handed out
+    metrics()                             extra `speed/<key>` floats for every batch
+    state_dict() / load_state_dict(d)     the strategy's own small state (plain python)
+
+Per-prompt history (posteriors, zero-variance streaks) lives in `PromptHistory`, which the
+scheduler feeds with every scored request and checkpoints; a strategy keeps only O(1) state
+of its own (GRESO's adaptive probabilities), which the scheduler checkpoints through
+`state_dict`. Together that lets `Scheduler.state_dict` capture a run completely.
 
 Registered here:
 - `speed`   (default) screen N_init, qualify on the screening pass rate, continue with
@@ -19,6 +28,7 @@ Registered here:
 - `dapo`    request all N, keep groups whose pass rate is inside the band (DAPO dynamic
             sampling: the baseline that filters after full inference);
 - `uniform` request all N, keep every group (plain RLOO/GRPO).
+History-based ones (`greso`, `cures`, `speed_bayes`) are in `history_strategies.py`.
 
 Departure from the paper: its band (0, 1) is hard-coded; here it is (pass_rate_low,
 pass_rate_high), and `dapo` uses the same band on the full group.
@@ -32,6 +42,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .config import FLAGS, SpeedConfig
+from .history import PromptHistory
 from .records import PHASE_CONTINUE, PHASE_FULL, PHASE_SCREEN
 
 REQUEST = "request"
@@ -69,42 +80,15 @@ def _band_reasons(stage: str) -> tuple[str, ...]:
     return tuple(f"{stage}_{r}" for r in ("all_wrong", "too_hard", "qualified", "too_easy", "all_correct"))
 
 
-class PromptHistory:
-    """Per-prompt record of scored requests, for history-based strategies.
-
-    Each record is (epoch, policy_version, phase, n, n_correct, reward_sum). Only the last
-    `keep_last` records per prompt are kept, so memory stays O(prompts) over long runs.
-    """
-
-    keep_last = 8
-
-    def __init__(self) -> None:
-        self._records: dict[int, list[tuple]] = {}
-
-    def record(self, prompt_index: int, epoch: int, policy_version: int, phase: str,
-               rewards: np.ndarray, correct_threshold: float) -> None:
-        rewards = np.asarray(rewards, dtype=np.float64)  # [n] of this request only
-        n_correct = int(np.sum(rewards >= correct_threshold))
-        rec = (epoch, policy_version, phase, len(rewards), n_correct, float(rewards.sum()))
-        recs = self._records.setdefault(prompt_index, [])
-        recs.append(rec)
-        del recs[: -self.keep_last]
-
-    def get(self, prompt_index: int) -> list[tuple]:
-        return list(self._records.get(prompt_index, ()))
-
-    def state_dict(self) -> dict:
-        return {k: list(v) for k, v in self._records.items()}
-
-    def load_state_dict(self, d: dict) -> None:
-        self._records = {int(k): list(v) for k, v in d.items()}
-
-
 class Strategy:
     """Base class of the registry's one signature. Subclasses override what they need.
 
-    screen_n(config): size of the first request, used for the screening histogram keys.
+    screen_n(config): size of the first request, used for the screening histogram keys
+        (first requests of other sizes are binned onto its grid).
     reasons: the reasons the strategy can return, so metric keys are stable (zero-filled).
+        A `start` reason is counted when the prompt is skipped, or when it is listed here
+        (e.g. `bayes_admit`); the plain `start_screen`/`start_full` are not listed.
+    history_decay(config): per-epoch decay of the history's counts (1.0: none).
     """
 
     name = "base"
@@ -121,11 +105,32 @@ class Strategy:
     def screen_n(cls, config: SpeedConfig) -> int:
         return config.n_samples_per_prompt
 
+    @classmethod
+    def history_decay(cls, config: SpeedConfig) -> float:
+        return 1.0
+
     def start(self, prompt_index: int, history: PromptHistory) -> Decision:
         return Decision(REQUEST, "start_full", self.config.n_samples_per_prompt, PHASE_FULL)
 
     def after_scored(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> Decision:
         raise NotImplementedError
+
+    def order_epoch(self, epoch: int, order: np.ndarray, history: PromptHistory) -> np.ndarray:
+        """The order epoch `epoch` starts prompts in. order: the scheduler's seeded
+        permutation [P]; a strategy may return another permutation of it."""
+        return order
+
+    def on_batch(self, epoch: int) -> None:
+        """A training batch was handed out; `epoch` is the epoch prompts are starting from."""
+
+    def metrics(self) -> dict:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, d: dict) -> None:
+        pass
 
 
 STRATEGIES: dict[str, type] = {}

@@ -79,7 +79,7 @@ def reward_func(queries, prompts, labels, **kwargs) -> dict:
     ]
     rewards = [r.reward for r in results]
     extra_logs = {key: [float(r.status == status) for r in results] for key, status in EXTRA_LOG_STATUSES.items()}
-    # Seconds spent scoring, spread over the samples: the trainer sums it into timing/reward.
+    # Seconds spent scoring, spread over the samples: the trainer sums it into timing_parts/reward.
     extra_logs["reward_time"] = [(time.perf_counter() - t0) / max(n, 1)] * n
     if n == 1:  # OpenRLHF wraps each value as torch.tensor([value]): keep them scalar
         return {"rewards": rewards[0], "scores": rewards[0], "extra_logs": {k: v[0] for k, v in extra_logs.items()}}

@@ -20,7 +20,7 @@ reuses its conversion of an engine response into an `Experience`. Per request:
 The rewards come from OpenRLHF's own reward path inside the engine actors (the function
 given by `--reward.remote_url`), so scoring overlaps generation.
 
-`timing/curriculum_overhead`: seconds this driver spent in its own code during the step
+`timing_parts/curriculum_overhead`: seconds this driver spent in its own code during the step
 (scheduler calls, dispatch bookkeeping, trace writes, the progress bar), i.e. everything
 but waiting for engines and OpenRLHF's response-to-Experience conversion, which the plain
 generator does too. Drain time of the previous weight sync is included.
@@ -79,8 +79,8 @@ class SpeedSamplesGenerator(SamplesGenerator):
             return [], None, 0, True
         samples = [r.payload for g in batch.groups for r in g.responses]  # [B*N], group-major
         self.last_metrics = dict(batch.metrics)
-        self.last_metrics["timing/curriculum_wait"] = time.time() - t0
-        self.last_metrics["timing/curriculum_overhead"] = self._overhead_s
+        self.last_metrics["timing_parts/curriculum_wait"] = time.time() - t0
+        self.last_metrics["timing_parts/curriculum_overhead"] = self._overhead_s
         self._overhead_s = 0.0
         if batch.starvation_warning:
             print(f"[openrlhf-speed] WARNING {batch.starvation_warning}", flush=True)

@@ -12,7 +12,7 @@ so none straddles a weight change) -> weight sync (policy version + 1) -> checkp
 (the curriculum state goes next to the DeepSpeed checkpoint, see `_speed_state_path`).
 
 The reward is computed inside the vLLM engine actors as each response finishes, so it
-overlaps generation; `timing/reward` is the reward function's own time summed over the
+overlaps generation; `timing_parts/reward` is the reward function's own time summed over the
 batch's samples and `timing/generation` still contains it.
 
 Run log (`--log.jsonl`): one line per step and per evaluation. `train_wall_s` is the
@@ -50,11 +50,11 @@ def step_line(step: int, status: dict) -> str:
             parts.append(f"{label} {fmt.format(status[key])}")
     timings = [
         ("generation", "timing/generation"),
-        ("reward", "timing/reward"),
+        ("reward", "timing_parts/reward"),
         ("experience", "timing/make_experience"),
         ("train", "timing/ppo_train"),
-        ("drain", "timing/drain"),
-        ("curriculum", "timing/curriculum_overhead"),
+        ("drain", "timing_parts/drain"),
+        ("curriculum", "timing_parts/curriculum_overhead"),
         ("weight_sync", "timing/broadcast"),
     ]
     split = " ".join(f"{name} {status[key]:.1f}s" for name, key in timings if key in status)
@@ -144,8 +144,8 @@ def make_trainer_class(upstream_actor_class):
         def train_step(self, rollout_samples, global_step):
             reward_time = sum(float(s.info["reward_time"].sum()) for s in rollout_samples if "reward_time" in s.info)
             status, step = super().train_step(rollout_samples, global_step)
-            status["timing/reward"] = reward_time
-            status["timing/drain"] = self._drain_time
+            status["timing_parts/reward"] = reward_time
+            status["timing_parts/drain"] = self._drain_time
             if self.speed:
                 status.update(self.samples_generator.last_metrics)
             if self.args.check.weight_sync and self.vllm_engines:

@@ -17,7 +17,7 @@ def _write_run(path, accs, step_s, tokens, useful, overhead=0.01):
             if step > 0:
                 f.write(json.dumps({"event": "step", "step": step, "train_wall_s": step * step_s,
                                     "timing/generation": step_s / 2, "timing/ppo_train": step_s / 2,
-                                    "timing/curriculum_overhead": overhead, "speed/tokens_screen": tokens[0],
+                                    "timing_parts/curriculum_overhead": overhead, "speed/tokens_screen": tokens[0],
                                     "speed/tokens_continue": tokens[1], "speed/tokens_full": tokens[2],
                                     "speed/tokens_discarded": tokens[3], "speed/tokens_generated": sum(tokens[:3]),
                                     "speed/useful_token_share_cum": useful}) + "\n")

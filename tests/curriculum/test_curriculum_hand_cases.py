@@ -195,7 +195,7 @@ def test_registered_strategy_can_skip_and_is_counted(temp_strategy):
             return super().start(prompt_index, history)
 
         def after_scored(self, prompt_index, rewards, history):
-            assert history.get(prompt_index)[-1][3] == len(rewards)  # history sees every request
+            assert sum(history.counts(prompt_index)) == len(rewards)  # history sees every request
             return Decision("accept", "kept")
 
     temp_strategy("skip_odd_test", SkipOdd)

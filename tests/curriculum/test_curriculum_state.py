@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from openrlhf_speed.curriculum import Scheduler, SpeedConfig
 from openrlhf_speed.curriculum.simulate import SimulatedDriver, SimulatedPolicy
 
-PLAIN = (dict, list, tuple, int, float, str, bool, type(None), np.integer, np.floating)
+PLAIN = (dict, list, tuple, int, float, str, bool, type(None), np.integer, np.floating, np.ndarray)
 
 
 def assert_plain(obj, path="state"):
@@ -126,3 +126,40 @@ def test_resume_rejects_changed_layout_but_accepts_more_epochs():
     with pytest.raises(ValueError, match="dataset size"):
         Scheduler(11, cfg).load_state_dict(state)
     Scheduler(10, SpeedConfig(n_samples_per_prompt=4, n_init=2, batch_prompts=2, num_epochs=3)).load_state_dict(state)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    strategy=st.sampled_from(["greso", "cures", "speed_bayes"]),
+    save_tick=st.integers(0, 60),
+    per_tick=st.one_of(st.none(), st.integers(1, 6)),
+    seed=st.integers(0, 5),
+)
+def test_history_strategies_resume_equals_uninterrupted(strategy, save_tick, per_tick, seed):
+    # Four epochs, so the saved state holds history (posteriors, streaks), the strategy's own
+    # state (GRESO's probabilities) and a reordered epoch (CurES) that the rest depends on.
+    rates = [0.0, 0.0, 0.25, 0.5, 0.75, 1.0] * 5
+    cfg = SpeedConfig(n_samples_per_prompt=4, n_init=2, batch_prompts=2, max_inflight_prompts=6,
+                      buffer_size=9, num_epochs=4, seed=seed, strategy=strategy, warn_qualification_rate=0.0,
+                      explore_floor=0.3, greso_p_step=0.05)
+    _, state = check_resume(cfg, rates, per_tick, save_tick)
+    assert state["history"]["last_epoch"].shape == (len(rates),) and state["order"].shape == (len(rates),)
+
+
+def test_restored_state_carries_history_strategy_and_order():
+    rates = [0.0, 1.0, 0.5] * 10
+    cfg = SpeedConfig(n_samples_per_prompt=4, n_init=2, batch_prompts=2, num_epochs=3, strategy="greso",
+                      warn_qualification_rate=0.0, greso_p_step=0.1)
+    d = driver_for(cfg, rates, per_tick=4)
+    for _ in range(14):  # into epoch 2, after batches of epoch 1 (GRESO adapts from epoch 1 on)
+        d.tick()
+    state = pickle.loads(pickle.dumps(d.scheduler.state_dict()))
+    assert state["format"] == 2 and state["epoch"] == 2 and state["strategy"]["p_hard"] != 0.5
+    restored = Scheduler(len(rates), cfg)
+    restored.load_state_dict(state)
+    assert restored.strategy.state_dict() == d.scheduler.strategy.state_dict()
+    np.testing.assert_array_equal(restored.history.streak, d.scheduler.history.streak)
+    np.testing.assert_array_equal(restored._order, d.scheduler._order)
+    # The checkpoint owns its arrays: later decisions of the saving run do not leak into it.
+    d.run()
+    assert not np.array_equal(state["history"]["correct"], d.scheduler.history.correct)
