@@ -26,14 +26,17 @@ ALGORITHMS = {
              "--reward.overlong_penalty_factor", "1.0"],
 }
 STRATEGIES = ["speed", "dapo", "uniform"]
+# The history-based strategies change which prompts run and how many responses are asked
+# for first, not the loss: one algorithm is enough to run their path through the pipeline.
+HISTORY_STRATEGIES = ["greso", "cures", "speed_bayes"]
 DEFAULT_RUN = {("grpo", "speed"), ("dapo", "dapo")}
 
 
 def combos():
-    for algo in ALGORITHMS:
-        for strategy in STRATEGIES:
-            marks = [pytest.mark.slow] + ([] if (algo, strategy) in DEFAULT_RUN else [pytest.mark.e2e_long])
-            yield pytest.param(algo, strategy, marks=marks, id=f"{algo}-{strategy}")
+    pairs = [(a, s) for a in ALGORITHMS for s in STRATEGIES] + [("rloo", s) for s in HISTORY_STRATEGIES]
+    for algo, strategy in pairs:
+        marks = [pytest.mark.slow] + ([] if (algo, strategy) in DEFAULT_RUN else [pytest.mark.e2e_long])
+        yield pytest.param(algo, strategy, marks=marks, id=f"{algo}-{strategy}")
 
 
 @pytest.mark.parametrize("algo,strategy", list(combos()))
@@ -66,3 +69,6 @@ def test_one_step(algo, strategy, tmp_path):
         for rewards in batch["rewards"]:
             screened = rewards[:2] if strategy == "speed" else rewards
             assert 0 < sum(r >= 0.5 for r in screened) < len(screened)
+    if strategy in HISTORY_STRATEGIES:  # each filters the first request of a visit on the band
+        for rewards in batch["rewards"]:
+            assert 0 < sum(r >= 0.5 for r in rewards) < len(rewards)
