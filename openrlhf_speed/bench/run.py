@@ -42,6 +42,7 @@ PRESETS = {
 }
 
 CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--speed.strategy", "dapo"]}
+SCREENING = ("speed", "speed_bayes", "cures")  # strategies whose first request is N_init responses
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     for key in ("steps", "eval_every", "batch", "n", "n_init", "max_new_tokens", "eval_prompts", "eval_k", "n_train"):
         p.add_argument(f"--{key}", type=int, default=None, help=f"override the preset's {key}")
     p.add_argument("--lr", type=float, default=None, help="override the preset's actor learning rate")
+    p.add_argument("--epochs", type=int, default=10,
+                   help="passes over the training prompts allowed (--train.num_episodes); --steps ends every run, so "
+                   "this only needs to be large enough for the curricula that skip or reject many prompts")
     p.add_argument("--skip_engine", action="store_true", help="do not measure the engine's raw throughput")
     p.add_argument("--report_only", action="store_true", help="rebuild the report from an existing --out folder")
     p.add_argument("train_args", nargs=argparse.REMAINDER,
@@ -112,6 +116,7 @@ def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str)
         "--rollout.batch_size", str(s["batch"]), "--rollout.n_samples_per_prompt", str(s["n"]),
         "--rollout.micro_batch_size", str(micro), "--train.batch_size", str(s["batch"] * s["n"]),
         "--train.micro_batch_size", str(min(micro, 8)), "--train.max_steps", str(s["steps"]),
+        "--train.num_episodes", str(args.epochs),
         "--rollout.max_new_tokens", str(s["max_new_tokens"]), "--data.max_len", str(512 + s["max_new_tokens"]),
         "--rollout.temperature", "1.0", "--train.seed", str(args.seed),
         "--actor.adam.lr", str(s["lr"]), "--actor.lr_warmup_ratio", "0",
@@ -124,7 +129,7 @@ def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str)
         "--log.jsonl", os.path.join(run_dir, "metrics.jsonl"),
         *CURRICULUM_FLAGS.get(name, ["--speed.strategy", name]),
     ]
-    if name == "speed" or name.startswith("speed"):
+    if name in SCREENING:
         cmd += ["--speed.n_init", str(s["n_init"])]
     return cmd + [a for a in args.train_args if a != "--"]
 
