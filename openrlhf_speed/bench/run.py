@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -140,13 +141,24 @@ def _run_logged(cmd: list, log_path: str, prefix: str) -> int:
         log.write("$ " + shlex.join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        for line in proc.stdout:
-            log.write(line)
-            # Ray prefixes actor output with "(SpeedPPOTrainer pid=...)": match anywhere.
-            for tag in ("[openrlhf-speed] step ", "[openrlhf-speed] eval "):
-                if tag in line:
-                    print(f"[bench {prefix}] {line[line.index(tag) + len('[openrlhf-speed] '):].rstrip()}", flush=True)
-        return proc.wait()
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                # Ray prefixes actor output with "(SpeedPPOTrainer pid=...)": match anywhere.
+                for tag in ("[openrlhf-speed] step ", "[openrlhf-speed] eval "):
+                    if tag in line:
+                        print(f"[bench {prefix}] {line[line.index(tag) + len('[openrlhf-speed] '):].rstrip()}",
+                              flush=True)
+            return proc.wait()
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM): SIGINT lets the run shut its Ray cluster and vLLM
+            # workers down; a killed driver would leave them running.
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
 
 
 def _engine_throughput(args, s: dict, train: str, out: str) -> dict:
@@ -176,8 +188,13 @@ def _versions() -> dict:
     return v
 
 
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     s = _settings(args)
     out = args.out or os.path.join("runs", f"bench_{args.mode}_{time.strftime('%Y%m%d_%H%M%S')}")
     curricula = [c.strip() for c in args.curricula.split(",") if c.strip()]
