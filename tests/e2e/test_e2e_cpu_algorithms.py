@@ -3,7 +3,7 @@ curriculum strategy, for one real training step on CPU.
 
 Two combinations run in the default test run (one with a reference model and KL loss, one
 with DAPO's loss settings and DAPO's filter); the full matrix is `e2e_long`
-(`make test-all`), about 2 minutes per combination on 2 cores.
+(`make test-all`), 2-5 minutes per combination on 2 cores.
 """
 
 import json
