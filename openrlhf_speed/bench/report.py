@@ -140,7 +140,7 @@ def table_markdown(report: dict) -> str:
             f"{_fmt(100 * s['curriculum_overhead_share'], '.2f')}% |"
         )
     lines = [f"target accuracy {_fmt(report['target_accuracy'], '.4f', 'none')} ({report['target_mode']})", "", *rows]
-    sp = ", ".join(f"{k} {_fmt(v, '.2f', 'n/a')}x" for k, v in report["speedups"].items())
+    sp = ", ".join(f"{k} " + ("n/a" if v is None else f"{v:.2f}x") for k, v in report["speedups"].items())
     if sp:
         lines += ["", f"speedups (time to target): {sp}"]
     if report.get("engine"):
