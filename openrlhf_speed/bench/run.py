@@ -43,7 +43,6 @@ PRESETS = {
 }
 
 CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--speed.strategy", "dapo"]}
-SCREENING = ("speed", "speed_bayes", "cures")  # strategies whose first request is N_init responses
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,7 +129,9 @@ def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str)
         "--log.jsonl", os.path.join(run_dir, "metrics.jsonl"),
         *CURRICULUM_FLAGS.get(name, ["--speed.strategy", name]),
     ]
-    if name in SCREENING:
+    from openrlhf_speed.curriculum import STRATEGIES
+
+    if name in STRATEGIES and STRATEGIES[name].uses_n_init:
         cmd += ["--speed.n_init", str(s["n_init"])]
     return cmd + [a for a in args.train_args if a != "--"]
 

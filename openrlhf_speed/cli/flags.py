@@ -334,7 +334,9 @@ def prepare(args) -> None:
     plan = resource_plan(args)
     cfg = speed_config(args)
     if cfg is not None:
-        screens = cfg.strategy in ("speed", "speed_bayes", "cures")  # the strategies with a screening request
+        from openrlhf_speed.curriculum import STRATEGIES
+
+        screens = STRATEGIES[cfg.strategy].uses_n_init
         plan["curriculum"] = {"strategy": cfg.strategy, "n_init": cfg.n_init if screens else None,
                               "max_inflight_prompts": cfg.inflight_limit, "buffer_size": cfg.buffer_limit}
     for note in notes:

@@ -170,6 +170,7 @@ class CuresStrategy(Strategy):
     """Posterior-weighted epoch order and posterior-sized first requests (see the module docstring)."""
 
     name = "cures"
+    uses_n_init = True
     reasons = _band_reasons("screen") + _band_reasons("group") + ("group_complete",)
     PRIOR = 1.0  # Beta(1 + c, 1 + w), as the reference's counters
 
@@ -226,6 +227,7 @@ class SpeedBayesStrategy(Strategy):
     """SPEED screening, skipped or bypassed by a decaying posterior (see the module docstring)."""
 
     name = "speed_bayes"
+    uses_n_init = True
     reasons = (SpeedStrategy.reasons + _band_reasons("group")
                + ("bayes_skip_low", "bayes_skip_high", "bayes_admit", "bayes_explore"))
     PRIOR = 0.5  # Jeffreys: a weak prior, so a few all-wrong screenings make a confident posterior

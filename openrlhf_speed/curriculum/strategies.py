@@ -93,6 +93,7 @@ class Strategy:
 
     name = "base"
     reasons: tuple[str, ...] = ()
+    uses_n_init = False  # True when --speed.n_init sizes (some of) the first requests
 
     def __init__(self, config: SpeedConfig) -> None:
         self.config = config
@@ -152,6 +153,7 @@ class SpeedStrategy(Strategy):
 
     name = "speed"
     reasons = _band_reasons("screen") + ("group_complete",)
+    uses_n_init = True
 
     @classmethod
     def check_config(cls, config: SpeedConfig) -> list[str]:
