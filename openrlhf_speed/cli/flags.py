@@ -30,6 +30,9 @@ def add_arguments(parser) -> None:
         return
     parser._openrlhf_speed_flags = True
     add_speed_arguments(parser)
+    from openrlhf_speed.cli.megatron_flags import add_megatron_arguments
+
+    add_megatron_arguments(parser)
     group = parser.add_argument_group("openrlhf-speed")
     group.add_argument(
         "--dry_run",
@@ -208,6 +211,10 @@ def _validate_speed(args) -> None:
         raise FlagError(f"--train.max_steps ({args.train.max_steps}) must be >= 1")
 
 
+def _raise_flag_error(message: str):
+    raise FlagError(message)
+
+
 def _reward_func_path() -> str:
     from openrlhf_speed.rewards import reward_func
 
@@ -331,7 +338,13 @@ def prepare(args) -> None:
         # real run on this CPU machine would change is only reported.
         notes.append("dry run on a machine without CUDA: CPU adaptations (gloo sync, sdpa, refusals) not applied")
     _validate_speed(args)
+    from openrlhf_speed.cli.megatron_flags import prepare_backend
+
+    notes += prepare_backend(args, cpu=compat.cpu_mode() and not args.dry_run, error=_raise_flag_error)
     plan = resource_plan(args)
+    if args.backend == "megatron":
+        plan["megatron"] = {"tp": args.megatron.tp, "pp": args.megatron.pp,
+                            "dp": plan["actor"] // (args.megatron.tp * args.megatron.pp)}
     cfg = speed_config(args)
     if cfg is not None:
         from openrlhf_speed.curriculum import STRATEGIES

@@ -14,7 +14,8 @@ CUDA-bound pieces:
   `load_weights((name, w))` cannot land; instead the received tensors are held until the
   last parameter of the sync (OpenRLHF flags it with `empty_cache=True`) and then go through
   vLLM's own in-place `model_runner.reload_weights`, which restores the checkpoint layout,
-  loads and repacks.
+  loads and repacks; then the LM head's packed copy is re-made too (`repack_cpu_embeddings`:
+  vLLM's reload leaves it stale, which matters for tied embeddings).
 
 gloo broadcasts bf16/fp16/fp32 directly (checked on torch 2.13; it refuses int16).
 """
@@ -51,6 +52,28 @@ def stateless_init_process_group(master_address, master_port, rank, world_size, 
     return GlooBroadcastGroup(master_address, master_port, rank, world_size)
 
 
+def repack_cpu_embeddings(model) -> int:
+    """Re-pack every vocabulary embedding's oneDNN GEMM handle from its current weight.
+
+    vLLM's CPU backend computes logits with a packed copy of the LM head
+    (`UnquantizedEmbeddingMethod.process_weights_after_loading` ->
+    `dispatch_cpu_unquantized_gemm(layer, remove_weight=False)`), made at load time.
+    `reload_weights` re-packs the linear layers but not that one, so with tied embeddings
+    (SmolLM2) the engine kept sampling from the initial LM head while its input embedding
+    was updated: measured, the engine's log-probs then match neither the new nor the old
+    model (0.11 off after a 2e-3 perturbation of the embedding; 2e-5 with this re-pack).
+    Returns how many modules were re-packed."""
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    count = 0
+    for module in model.modules():
+        if isinstance(module, VocabParallelEmbedding) and getattr(module, "weight", None) is not None:
+            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+            count += 1
+    return count
+
+
 def _cpu_update_weight(self, name, dtype, shape, empty_cache=False):
     assert dtype == self.model_config.dtype, f"mismatch dtype: src {dtype}, dst {self.model_config.dtype}"
     if getattr(self, "_model_update_with_ray", False):
@@ -61,6 +84,7 @@ def _cpu_update_weight(self, name, dtype, shape, empty_cache=False):
     pending.append((name, weight))
     if empty_cache:  # the last parameter of this sync
         self.model_runner.reload_weights(weights_iterator=list(pending), is_checkpoint_format=True)
+        repack_cpu_embeddings(self.model_runner.model)
         pending.clear()
 
 

@@ -1,7 +1,11 @@
-"""Our policy actor: OpenRLHF's `PolicyModelActor` plus weight fingerprints.
+"""Our policy actor: OpenRLHF's `PolicyModelActor` plus weight fingerprints; and the switch
+between that DeepSpeed actor and the Megatron-Core one (`--backend`).
 
-`install()` makes `openrlhf.cli.train_ppo_ray` (which imports the class by name when cli/train
-runs it) build this class.
+`openrlhf.cli.train_ppo_ray` imports `PolicyModelActor` / `ReferenceModelActor` by name when
+cli/train runs it, before the flags are parsed, so `install()` puts a `_BackendActorClass`
+there: OpenRLHF's `RayActorGroup` only ever calls `.options(...).remote(...)` on it, and the
+selector forwards that to the class of the backend that `select_backend` chose once the
+flags were parsed (cli/megatron_flags.py).
 """
 
 import deepspeed
@@ -32,5 +36,35 @@ SpeedPolicyActor.__name__ = SpeedPolicyActor.__qualname__ = "SpeedPolicyActor"
 RemoteSpeedPolicyActor = ray.remote(num_gpus=1)(SpeedPolicyActor)
 
 
+_backend = {"name": "deepspeed"}
+
+
+def select_backend(name: str) -> None:
+    _backend["name"] = name
+
+
+class _BackendActorClass:
+    def __init__(self, role: str, deepspeed_class):
+        self.role, self.deepspeed_class = role, deepspeed_class
+        self.__name__ = f"{role}ModelActor"
+
+    def resolve(self):
+        if _backend["name"] == "megatron":
+            from openrlhf_speed.backends.megatron import ray_actor
+
+            return ray_actor.RemoteMegatronPolicyActor if self.role == "Policy" else ray_actor.RemoteMegatronReferenceActor
+        return self.deepspeed_class
+
+    def options(self, **kwargs):
+        return self.resolve().options(**kwargs)
+
+    def remote(self, *args, **kwargs):
+        return self.resolve().remote(*args, **kwargs)
+
+
 def install() -> None:
-    ppo_actor.PolicyModelActor = RemoteSpeedPolicyActor
+    from openrlhf.trainer.ray import launcher
+
+    ppo_actor.PolicyModelActor = _BackendActorClass("Policy", RemoteSpeedPolicyActor)
+    if not isinstance(launcher.ReferenceModelActor, _BackendActorClass):  # install() may run twice
+        launcher.ReferenceModelActor = _BackendActorClass("Reference", launcher.ReferenceModelActor)

@@ -2,15 +2,21 @@
 
 Subclassing keeps OpenRLHF's engine (generation, weight-update protocol, sleep/wake) and
 adds: the vLLM worker extension `SpeedWorkerWrap` (OpenRLHF's `WorkerWrap` plus weight
-fingerprints), and `weight_fingerprints()` on the actor for the weight-sync check.
+fingerprints), `weight_fingerprints()` on the actor for the weight-sync check, and
+`model_dtype()` for actors that must cast before they send (the Megatron one).
 `install()` makes OpenRLHF's `create_vllm_engines` build this class.
 """
+
+import os
 
 import ray
 from openrlhf.trainer.ray import vllm_engine
 from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 
 WORKER_EXTENSION = "openrlhf_speed.rollout.engine.SpeedWorkerWrap"
+# --vllm.dtype reaches the engine actors through the job's runtime env (flags._start_ray):
+# OpenRLHF's create_vllm_engines has no dtype argument to pass it through.
+DTYPE_ENV = "OPENRLHF_SPEED_VLLM_DTYPE"
 
 
 class SpeedWorkerWrap(WorkerWrap):
@@ -29,7 +35,13 @@ class SpeedRolloutActor(_Upstream):
 
         log_placement(f"vLLM engine {ray.get_runtime_context().get_actor_id()[:8]}")
         kwargs["worker_extension_cls"] = WORKER_EXTENSION
+        if os.environ.get(DTYPE_ENV):
+            kwargs["dtype"] = os.environ[DTYPE_ENV]
         await super().__init__(*args, **kwargs)
+
+    async def model_dtype(self):
+        """The dtype the engine holds weights in (what a weight sync must send)."""
+        return self.llm.model_config.dtype
 
     async def weight_fingerprints(self):
         # TP rank 0's view: with TP > 1 the other ranks hold other shards.

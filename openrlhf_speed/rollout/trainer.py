@@ -222,7 +222,37 @@ def make_trainer_class(upstream_actor_class):
                 flush=True,
             )
             self._fingerprints = actor
-            return {"check/weight_sync_tensors": results[0]["compared"], "check/weight_sync_changed": changed}
+            out = {"check/weight_sync_tensors": results[0]["compared"], "check/weight_sync_changed": changed}
+            if self.args.rollout.temperature == 1.0:
+                out["check/logprob_max_abs_diff"] = self.compare_logprobs(label)
+            return out
+
+        def compare_logprobs(self, label: str) -> float:
+            """max |log p_engine - log p_actor| over the tokens of one fixed text: the
+            engine's prompt log-probs against the actor group's own `forward` (the log-probs
+            that train). At temperature 1 both are the plain softmax; they differ only by
+            the two sides' numerics (dtype, kernels), which the figure shows."""
+            from vllm import SamplingParams
+
+            ids = self.tokenizer("Question: what is 17 + 25? Answer: 17 + 25 = 42, so the answer is 42.")["input_ids"]
+            params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
+            outputs = ray.get([engine.generate.remote(ids, params) for engine in self.vllm_engines])
+            group = self.actor_model_group
+            replicas = len(group._actor_handlers) // group.duplicate_actors
+            seq = torch.tensor([ids])
+            refs = group.async_run_method_batch(
+                method_name="forward", sequences=[seq] * replicas,
+                action_mask=[torch.ones(1, len(ids) - 1, dtype=torch.bool)] * replicas,
+                attention_mask=[torch.ones(1, len(ids), dtype=torch.long)] * replicas,
+            )
+            actor = ray.get(refs)[0][0][0]  # first replica's first call: [A = T - 1]
+            worst = 0.0
+            for out in outputs:
+                engine = torch.tensor([out.prompt_logprobs[t][ids[t]].logprob for t in range(1, len(ids))])
+                worst = max(worst, (engine - actor.float()).abs().max().item())
+            print(f"[openrlhf-speed] log-prob check {label}: max |engine - actor| = {worst:.2e} over "
+                  f"{len(ids) - 1} tokens, {len(outputs)} engine(s)", flush=True)
+            return worst
 
     SpeedPPOTrainer.__name__ = SpeedPPOTrainer.__qualname__ = "SpeedPPOTrainer"
     return ray.remote(SpeedPPOTrainer)
