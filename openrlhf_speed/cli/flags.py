@@ -83,6 +83,15 @@ def add_arguments(parser) -> None:
         "--eval.dataset embedded means the embedded held-out split.",
     )
     group.add_argument(
+        "--vllm.dtype",
+        type=str,
+        default="auto",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        help="dtype of the vLLM engines' weights and compute (added by openrlhf-speed; auto: vLLM's choice, the "
+        "checkpoint's dtype). float32 with an fp32 actor (the Megatron backend on CPU) makes the engine's log-probs "
+        "match the actor's to rounding; the weight sync casts to whatever the engine holds.",
+    )
+    group.add_argument(
         "--ray.num_cpus",
         type=int,
         default=None,
@@ -302,7 +311,9 @@ def _start_ray(args, plan) -> None:
 
     if ray.is_initialized():
         return
-    runtime_env = compat.ray_runtime_env()
+    from openrlhf_speed.rollout.engine import DTYPE_ENV
+
+    runtime_env = compat.ray_runtime_env({DTYPE_ENV: args.vllm.dtype} if args.vllm.dtype != "auto" else None)
     if os.environ.get("RAY_ADDRESS"):  # a cluster the user started: use its resources
         ray.init(runtime_env=runtime_env)
         return

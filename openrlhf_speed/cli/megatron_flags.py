@@ -44,6 +44,22 @@ def megatron_dtype(args) -> str:
     return choice
 
 
+def _check_model(path: str, tp: int, pp: int, error) -> None:
+    """The model's architecture and head / layer counts against tp and pp, before any actor
+    starts (the actors would fail the same way, minutes later)."""
+    from transformers import AutoConfig
+
+    from openrlhf_speed.backends.megatron.model import check_supported
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+        check_supported(config, tp)
+        if config.num_hidden_layers % pp:
+            raise ValueError(f"--megatron.pp {pp} must divide the number of layers ({config.num_hidden_layers})")
+    except (ValueError, NotImplementedError, OSError) as e:
+        error(f"--backend megatron with the model {path}: {e}")
+
+
 def prepare_backend(args, cpu: bool, error) -> list:
     """Validate `--backend` / `--megatron.*` and wire the chosen actor classes; returns notes.
     `error(message)` raises the caller's flag error."""
@@ -61,6 +77,10 @@ def prepare_backend(args, cpu: bool, error) -> list:
     if actor_gpus % (mg.tp * mg.pp):
         error(f"--megatron.tp x --megatron.pp ({mg.tp} x {mg.pp}) must divide the actor's GPUs "
               f"(--actor.num_nodes x --actor.num_gpus_per_node = {actor_gpus}).")
+    ref_gpus = args.ref.num_nodes * args.ref.num_gpus_per_node
+    if args.algo.kl.init_coef > 0 and ref_gpus % (mg.tp * mg.pp):
+        error(f"--megatron.tp x --megatron.pp ({mg.tp} x {mg.pp}) must divide the reference model's GPUs "
+              f"(--ref.num_nodes x --ref.num_gpus_per_node = {ref_gpus}); the reference model uses the same layout.")
     if args.ds.tensor_parallel_size != 1 or args.ds.ring_attn_size != 1:
         error("--ds.tensor_parallel_size / --ds.ring_attn_size are DeepSpeed's; with --backend megatron use "
               "--megatron.tp / --megatron.pp.")
@@ -83,6 +103,7 @@ def prepare_backend(args, cpu: bool, error) -> list:
         error("--megatron.sequence_parallel needs a GPU and --megatron.tp > 1.")
     if args.actor.optim != "adam":
         error(f"--actor.optim {args.actor.optim}: the Megatron actor implements adam (AdamW) only.")
+    _check_model(args.actor.model_name_or_path, mg.tp, mg.pp, error)
     args.ds.tensor_parallel_size = mg.tp * mg.pp  # OpenRLHF's "ranks per model replica" (see module doc)
     actor.select_backend("megatron")
     dp = actor_gpus // (mg.tp * mg.pp)

@@ -160,6 +160,60 @@ def run_layout(arch, layout, batch, ref_log_probs, exp):
     return result
 
 
+def check_fit(arch, exp):
+    """`fit.run_fit` with gradient accumulation (3 micro-batches of 1 row per optimizer step)
+    against one micro-batch of all 3 rows, from the same weights, at TP=1 with 2 DP ranks:
+    the window's global token mean and the 1 / gas scaling must give the same update."""
+    from types import SimpleNamespace as NS
+
+    from megatron.core import parallel_state as ps
+    from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer
+
+    from openrlhf_speed.backends.megatron.fit import run_fit
+    from openrlhf_speed.backends.megatron.model import build_gpt_model, gpt_config_from_hf, init_model_parallel
+    from openrlhf_speed.backends.megatron.weights import WeightLayout, load_hf_weights
+
+    init_model_parallel(1, 1, seed=1234)
+    dp = ps.get_data_parallel_world_size()
+    out = {}
+    for micro in (1, 3):
+        hf = build_hf(arch, "")
+        config, spec = gpt_config_from_hf(hf.config)
+        model = build_gpt_model(config, spec)
+        load_hf_weights(model, hf.state_dict(), WeightLayout.from_hf(hf.config), 0, 0)
+        # SGD: the update is linear in the gradient (AdamW's g / sqrt(v) amplifies rounding
+        # in near-zero gradient entries).
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        args = NS(
+            train=NS(batch_size=3 * dp, micro_batch_size=micro, max_epochs=1, seed=0),
+            rollout=NS(temperature=TEMPERATURE), actor=NS(max_norm=MAX_NORM, entropy_coef=None),
+            algo=NS(kl=NS(use_loss=False, init_coef=0.0, estimator="k1", unbiased_gradient=False)),
+        )
+        buffer = NaiveReplayBuffer(micro, 0, True, False, False)
+        buffer.append(exp)
+        actor = NS(args=args, dp_group=ps.get_data_parallel_group(), spec=spec, model=model, replay_buffer=buffer,
+                   loss_fn=policy_loss(arch), optimizer=opt, _fits=1,
+                   scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0))
+        status = run_fit(actor, kl_ctl=0.0)
+        out[micro] = {"status": status, "params": [p.detach().clone() for p in model.parameters()]}
+    diff = max((a - b).abs().max().item() for a, b in zip(out[1]["params"], out[3]["params"]))
+    moved = max((a - b).abs().max().item() for a, b in zip(out[1]["params"], build_hf_params(arch)))
+    return {"max_param_diff": diff, "max_param_update": moved,
+            "grad_norm": [out[m]["status"]["actor_grad_norm"] for m in (1, 3)],
+            "policy_loss": [out[m]["status"]["policy_loss"] for m in (1, 3)]}
+
+
+def build_hf_params(arch):
+    from openrlhf_speed.backends.megatron.model import build_gpt_model, gpt_config_from_hf
+    from openrlhf_speed.backends.megatron.weights import WeightLayout, load_hf_weights
+
+    hf = build_hf(arch, "")
+    config, spec = gpt_config_from_hf(hf.config)
+    model = build_gpt_model(config, spec)
+    load_hf_weights(model, hf.state_dict(), WeightLayout.from_hf(hf.config), 0, 0)
+    return [p.detach() for p in model.parameters()]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
@@ -178,6 +232,7 @@ def main():
         results[arch] = {"hf_train": hf_train}
         for name in args.layouts.split(","):
             results[arch][name] = run_layout(arch, LAYOUTS[name], batch, ref_log_probs, exp)
+        results[arch]["fit"] = check_fit(arch, exp)
     with open(os.path.join(args.out, f"rank{dist.get_rank()}.json"), "w") as f:
         json.dump(results, f)
     dist.barrier()

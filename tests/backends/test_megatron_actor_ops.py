@@ -78,6 +78,18 @@ def test_policy_step_matches_openrlhf_and_across_layouts(ranks, arch):
     assert hf["loss"][1] < hf["loss"][0]  # the update moved the policy the right way
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fit_gradient_accumulation_equals_one_big_micro_batch(ranks, arch):
+    for rank in ranks:
+        fit = rank[arch]["fit"]
+        assert fit["max_param_update"] > 1e-4  # the step moved the weights
+        assert fit["max_param_diff"] < 1e-6, fit  # 3 x 1 row accumulated == 1 x 3 rows
+        a, b = fit["grad_norm"]
+        assert _close(a, b, TRAIN_RTOL), fit
+        a, b = fit["policy_loss"]
+        assert _close(a, b, TRAIN_RTOL), fit
+
+
 def test_left_padding_is_refused():
     from openrlhf_speed.backends.megatron.actor_ops import _check_right_padded
 

@@ -18,8 +18,8 @@ The log-softmax is Megatron's vocab-parallel cross entropy: no rank ever holds [
 Vocabulary padding (see `model.py`) is masked to -inf so padded rows take no probability.
 
 Departures / limits:
-- one micro-batch per call: `policy_step` is one OpenRLHF `training_step` with one
-  optimizer step (no gradient accumulation over several experiences yet);
+- `policy_step` is one micro-batch and one optimizer step; gradient accumulation is
+  `forward_backward` per micro-batch (loss scaled by 1 / steps) then `optimizer_step`;
 - the optimizer is the caller's plain torch optimizer (AdamW on CPU): Megatron's
   distributed optimizer and its DDP grad buffers are not used (see `train_utils.py`), so
   data-parallel gradients are averaged here over `dp_group` before clipping;
@@ -113,27 +113,44 @@ def _vocab_parallel_entropy(logits: torch.Tensor, vocab_size: Optional[int]) -> 
     return sum_exp.log() - sum_exp_shifted / sum_exp
 
 
+def _pad_for_sequence_parallel(model, sequences, position_ids):
+    """Sequence parallelism splits the sequence over TP ranks, so its length must be a
+    multiple of tp: pad on the right (under the causal mask no real token sees the padding;
+    its logits are sliced off again)."""
+    from megatron.core import parallel_state as ps
+
+    tp = ps.get_tensor_model_parallel_world_size()
+    extra = -sequences.size(1) % tp if getattr(model.config, "sequence_parallel", False) else 0
+    if extra:
+        sequences = torch.nn.functional.pad(sequences, (0, extra))
+        position_ids = torch.nn.functional.pad(position_ids, (0, extra), value=1)
+    return sequences, position_ids
+
+
 def _run_schedule(model, sequences, attention_mask, loss_func_factory, forward_only):
     """One micro-batch through Megatron's schedule (pipelined when pp > 1). Returns what the
     last stage's loss function reported (a list with one entry there, [] elsewhere), or the
     logits [B, T, V/tp] when `loss_func_factory` is None."""
+    from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     _check_right_padded(attention_mask)
-    position_ids = _position_ids(attention_mask)
     batch, seq_len = sequences.shape
+    padded, position_ids = _pad_for_sequence_parallel(model, sequences, _position_ids(attention_mask))
 
     def forward_step(data_iterator, model):
         # attention_mask=None: Megatron applies its causal mask (right padding, see docstring).
-        logits = model(sequences, position_ids, None)
-        return logits, (loss_func_factory() if loss_func_factory else None)
+        output = model(padded, position_ids, None)
+        if ps.is_pipeline_last_stage() and output.size(1) != seq_len:
+            output = output[:, :seq_len]  # logits of the sequence-parallel padding
+        return output, (loss_func_factory() if loss_func_factory else None)
 
     return get_forward_backward_func()(
         forward_step_func=forward_step,
         data_iterator=iter([None]),
         model=[model],
         num_microbatches=1,
-        seq_length=seq_len,
+        seq_length=padded.size(1),
         micro_batch_size=batch,
         forward_only=forward_only,
     )
@@ -183,25 +200,28 @@ def _average_dp_grads(model, dp_group) -> None:
     # (loss_batch_info) assumes exactly this averaging, as DeepSpeed does it.
     if dp_group is None or dist.get_world_size(dp_group) == 1:
         return
+    from .train_utils import grad_of
+
     size = dist.get_world_size(dp_group)
     for param in model.parameters():
-        if param.grad is not None:
-            dist.all_reduce(param.grad, group=dp_group)
-            param.grad.div_(size)
+        grad = grad_of(param)
+        if grad is not None:
+            dist.all_reduce(grad, group=dp_group)
+            grad.div_(size)
 
 
 def _clip_grads(model, max_norm: float) -> float:
     """Scale gradients so their global (TP x PP) norm is at most max_norm; returns the norm
     before clipping. The same coefficient as `torch.nn.utils.clip_grad_norm_` / DeepSpeed."""
-    from .train_utils import grad_norm
+    from .train_utils import grad_norm, grad_of
 
     norm = grad_norm(model)
     if max_norm > 0:
         coef = max_norm / (norm + 1e-6)
         if coef < 1.0:
             for param in model.parameters():
-                if param.grad is not None:
-                    param.grad.mul_(coef)
+                if grad_of(param) is not None:
+                    grad_of(param).mul_(coef)
     return norm
 
 
@@ -275,6 +295,39 @@ def _actor_loss(logits, experience, loss_fn, cfg: PolicyStepConfig, loss_batch_i
     return loss, torch.stack([loss.detach()] + [x.detach() for x in stats]).float()
 
 
+def forward_backward(model, experience, loss_fn, cfg: PolicyStepConfig, loss_batch_info=None, loss_scale=1.0):
+    """Forward and backward of one micro-batch; gradients accumulate into `.grad` (the
+    caller zeroes them at the start of an optimizer step). The backpropagated loss is
+    multiplied by `loss_scale` (1 / gradient-accumulation steps, as DeepSpeed does: OpenRLHF's
+    global-window `loss_batch_info` pre-compensates exactly that). Returns the unscaled
+    stats [len(cfg.stat_names())] on every rank."""
+    model.train()
+
+    def loss_func_factory():
+        def loss_func(logits):  # [B, T, V/tp], last stage only
+            loss, stats = _actor_loss(logits, experience, loss_fn, cfg, loss_batch_info or {})
+            return loss * loss_scale if loss_scale != 1.0 else loss, {"stats": stats}
+
+        return loss_func
+
+    sequences = experience.sequences
+    out = _run_schedule(model, sequences, experience.attention_mask, loss_func_factory, forward_only=False)
+    stats = out[0]["stats"] if out else None  # last stage only
+    return _broadcast_from_last_stage(stats, (len(cfg.stat_names()),), torch.float32, sequences.device)
+
+
+def optimizer_step(model, optimizer, max_norm: float, dp_group=None) -> float:
+    """Finish the accumulated gradients (tied-embedding sum over PP, DP average), clip them
+    by their global TP x PP norm and step. Returns the norm before clipping."""
+    from .train_utils import allreduce_tied_embedding_grads
+
+    allreduce_tied_embedding_grads(model)
+    _average_dp_grads(model, dp_group)
+    norm = _clip_grads(model, max_norm)
+    optimizer.step()
+    return norm
+
+
 def policy_step(
     model,
     optimizer: torch.optim.Optimizer,
@@ -297,26 +350,8 @@ def policy_step(
     dp_group: the data-parallel group whose gradients are averaged before clipping.
     Returns `cfg.stat_names()` -> value ("loss" is what was backpropagated) and "grad_norm"
     (before clipping), on every rank."""
-    from .train_utils import allreduce_tied_embedding_grads
-
     cfg = cfg or PolicyStepConfig()
-    model.train()
     optimizer.zero_grad(set_to_none=True)
-
-    def loss_func_factory():
-        def loss_func(logits):  # [B, T, V/tp], last stage only
-            loss, stats = _actor_loss(logits, experience, loss_fn, cfg, loss_batch_info or {})
-            return loss, {"stats": stats}
-
-        return loss_func
-
-    sequences = experience.sequences
-    out = _run_schedule(model, sequences, experience.attention_mask, loss_func_factory, forward_only=False)
-    names = cfg.stat_names()
-    stats = out[0]["stats"] if out else None  # [len(names)], last stage only
-    stats = _broadcast_from_last_stage(stats, (len(names),), torch.float32, sequences.device)
-    allreduce_tied_embedding_grads(model)
-    _average_dp_grads(model, dp_group)
-    norm = _clip_grads(model, cfg.max_norm)
-    optimizer.step()
-    return {**dict(zip(names, stats.tolist())), "grad_norm": norm}
+    stats = forward_backward(model, experience, loss_fn, cfg, loss_batch_info)
+    norm = optimizer_step(model, optimizer, cfg.max_norm, dp_group)
+    return {**dict(zip(cfg.stat_names(), stats.tolist())), "grad_norm": norm}

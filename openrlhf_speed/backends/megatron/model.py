@@ -86,7 +86,7 @@ def rope_theta(hf_config) -> float:
     return float(theta if theta is not None else 10000.0)
 
 
-def _check_supported(hf_config, tp_size: int) -> str:
+def check_supported(hf_config, tp_size: int) -> str:
     arch = hf_config.model_type
     if arch not in SUPPORTED_ARCHS:
         raise NotImplementedError(
@@ -121,7 +121,7 @@ def gpt_config_from_hf(
     `recompute_granularity`)."""
     from megatron.core.transformer import TransformerConfig
 
-    arch = _check_supported(hf_config, tp_size)
+    arch = check_supported(hf_config, tp_size)
     if hf_config.num_hidden_layers % pp_size:
         raise ValueError(
             f"pipeline parallel size {pp_size} must divide num_hidden_layers ({hf_config.num_hidden_layers})"
@@ -199,10 +199,22 @@ def build_gpt_model(config, spec: GPTSpec, parallel_output: bool = True):
         rotary_percent=1.0,
         rotary_base=spec.rotary_base,
     )
-    return model  # on GPU Megatron allocated it on the current CUDA device already
+    if torch.cuda.is_available():
+        # Megatron allocates its own linear layers on the current device, but the local
+        # spec's norms are plain torch modules, created on the CPU.
+        model.cuda(torch.cuda.current_device())
+    return model
 
 
-def init_model_parallel(tp_size: int = 1, pp_size: int = 1, seed: int = 1234) -> None:
+# Rank order with the data-parallel index slowest: consecutive tp * pp ranks form one model
+# replica, which is how OpenRLHF's RayActorGroup hands out micro-batches (see
+# cli/megatron_flags.py). Megatron's default ("tp-cp-ep-dp-pp") interleaves replicas.
+REPLICA_CONTIGUOUS_ORDER = "tp-cp-ep-pp-dp"
+
+
+def init_model_parallel(
+    tp_size: int = 1, pp_size: int = 1, seed: int = 1234, order: str = REPLICA_CONTIGUOUS_ORDER
+) -> None:
     """Megatron's process groups and RNG states on top of an initialized default group
     (torch.distributed, gloo on CPU / nccl on GPU). Idempotent for the same sizes."""
     from megatron.core import parallel_state, tensor_parallel
@@ -220,7 +232,7 @@ def init_model_parallel(tp_size: int = 1, pp_size: int = 1, seed: int = 1234) ->
             return
         parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(
-        tensor_model_parallel_size=tp_size, pipeline_model_parallel_size=pp_size
+        tensor_model_parallel_size=tp_size, pipeline_model_parallel_size=pp_size, order=order
     )
     # The CPU generator is the "default" (data-parallel) state on CPU; seed it too.
     torch.manual_seed(seed)

@@ -1,4 +1,5 @@
-"""Training-step pieces for a Megatron-Core GPTModel driven by a plain torch optimizer.
+"""Training-step pieces for a Megatron-Core GPTModel driven by a plain torch optimizer
+(AdamW, with fp32 master weights for bf16 parameters: `MasterWeightsAdamW`).
 
 Megatron's own optimizer/DDP stack (main_grad buffers, distributed optimizer) is not used
 here: on CPU it buys nothing, and the actor keeps OpenRLHF's optimizer semantics. What
@@ -15,6 +16,12 @@ import torch
 import torch.distributed as dist
 
 
+def grad_of(param):
+    """The gradient to reduce, clip and step with: the fp32 `main_grad` that
+    `MasterWeightsAdamW` accumulates into (Megatron's own name for it), else `.grad`."""
+    return param.main_grad if hasattr(param, "main_grad") else param.grad
+
+
 def allreduce_tied_embedding_grads(model) -> None:
     """Sum the embedding gradients of the first and last pipeline stage (tied, pp > 1)."""
     from megatron.core import parallel_state as ps
@@ -24,9 +31,12 @@ def allreduce_tied_embedding_grads(model) -> None:
     if ps.get_pipeline_model_parallel_world_size() == 1 or not ps.is_rank_in_embedding_group():
         return
     weight = model.shared_embedding_or_output_weight()
-    if weight.grad is None:
-        weight.grad = torch.zeros_like(weight)
-    dist.all_reduce(weight.grad, group=ps.get_embedding_group())
+    if grad_of(weight) is None:
+        if hasattr(weight, "main_grad"):
+            weight.main_grad = torch.zeros_like(weight, dtype=torch.float32)
+        else:
+            weight.grad = torch.zeros_like(weight)
+    dist.all_reduce(grad_of(weight), group=ps.get_embedding_group())
 
 
 def grad_norm(model) -> float:
@@ -38,9 +48,86 @@ def grad_norm(model) -> float:
     device = next(model.parameters()).device
     squares = torch.zeros((), dtype=torch.float64, device=device)
     for param in model.parameters():
-        if param.grad is None or not param_is_not_shared(param):
+        grad = grad_of(param)
+        if grad is None or not param_is_not_shared(param):
             continue
         if param_is_not_tensor_parallel_duplicate(param):
-            squares += param.grad.detach().double().pow(2).sum()
+            squares += grad.detach().double().pow(2).sum()
     dist.all_reduce(squares, group=ps.get_model_parallel_group())
     return squares.sqrt().item()
+
+
+class MasterWeightsAdamW:
+    """AdamW over fp32 master copies of low-precision (bf16) parameters.
+
+    A bf16 parameter cannot take the small updates of an RL fine-tune (lr 1e-6 x an Adam
+    step is below bf16's resolution for most weights), and a bf16 gradient summed over many
+    micro-batches loses the small ones. So, as Megatron's mixed-precision optimizer does:
+    a hook on every parameter adds each micro-batch's bf16 gradient into an fp32
+    `param.main_grad` and frees the bf16 one; reductions and clipping use `main_grad`
+    (`grad_of`); AdamW steps fp32 master copies with it, and the model's parameters are
+    overwritten with the rounded result. With fp32 parameters (the CPU default) use plain
+    `torch.optim.AdamW`. `inner` is the torch optimizer (an LR scheduler wraps it). Memory
+    per parameter: 2 (bf16) + 4 (main_grad) + 4 (master) + 8 (m, v) bytes."""
+
+    def __init__(self, param_groups, **adamw_kwargs):
+        self._pairs = []
+        master_groups = []
+        for group in param_groups:
+            masters = []
+            for param in group["params"]:
+                master = param.detach().float().clone()
+                param.main_grad = None
+                param.register_post_accumulate_grad_hook(self._accumulate)
+                self._pairs.append((param, master))
+                masters.append(master)
+            master_groups.append({**group, "params": masters})
+        self.inner = torch.optim.AdamW(master_groups, **adamw_kwargs)
+        self.param_groups = self.inner.param_groups
+
+    @staticmethod
+    @torch.no_grad()
+    def _accumulate(param) -> None:
+        if param.main_grad is None:
+            param.main_grad = param.grad.float()
+        else:
+            param.main_grad.add_(param.grad)
+        param.grad = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for param, _ in self._pairs:
+            param.grad = None
+            param.main_grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for param, master in self._pairs:
+            master.grad = param.main_grad
+        self.inner.step()
+        for param, master in self._pairs:
+            param.copy_(master)
+            master.grad = None
+
+    def state_dict(self) -> dict:
+        return {"inner": self.inner.state_dict(), "master": [m for _, m in self._pairs]}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        self.inner.load_state_dict(state["inner"])
+        for (param, master), saved in zip(self._pairs, state["master"]):
+            master.copy_(saved)
+            param.copy_(saved)
+
+
+def make_optimizer(model, lr, betas, eps, weight_decay, master_weights: bool):
+    """AdamW with OpenRLHF's parameter groups (no decay on biases and norms), over fp32
+    master weights when the model's parameters are low precision."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if name.endswith("bias") or "norm" in name else decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    kwargs = dict(lr=lr, betas=tuple(betas), eps=eps)
+    if master_weights:
+        return MasterWeightsAdamW(groups, **kwargs)
+    return torch.optim.AdamW(groups, **kwargs)
