@@ -1,6 +1,8 @@
-# Shared by the GPU recipes (train_*_qwen*.sh); sourced, not run. Two things every recipe
-# needs and gets wrong by hand: failing early, with what to do, when an input is missing;
-# and turning "N warmup steps" into OpenRLHF's --actor.lr_warmup_ratio.
+# Shared by the GPU recipes (train_*_qwen*.sh); sourced, not run. What every recipe needs
+# and gets wrong by hand: failing early, with what to do, when an input is missing; turning
+# "N warmup steps" into OpenRLHF's --actor.lr_warmup_ratio; and the arguments the Qwen
+# recipes have in common (qwen_common_args, qwen7b_deepspeed_args, at the end), so that each
+# recipe lists only what makes it different.
 
 die() {
   echo "$(basename "$0"): error: $*" >&2
@@ -34,4 +36,79 @@ warmup_ratio() {
     if (s <= w) { print 1; exit }
     printf "%.10g\n", (w - 0.5) / s
   }'
+}
+
+# -- the Qwen GPU recipes (train_*_qwen*.sh) -------------------------------------------------
+# They share the SPEED paper's data, rollout and optimizer settings and the same outputs; a
+# recipe adds only its algorithm, curriculum and (for the 32B one) resources and backend.
+
+# qwen_common_args ARRAY MODEL_ID OUT_DEFAULT [WHERE]
+# Checks the inputs: MODEL_PATH (a local folder of the Hugging Face model MODEL_ID) and
+# DATA_PATH, with WHERE appended to their hints (", on a filesystem every node mounts" for
+# a multi-node recipe); sets OUT (default OUT_DEFAULT, made absolute: the Ray workers do not
+# share our cwd, and may run on other nodes) and creates it; sets the paper's sizes
+#   B=16 prompts per training step, N=24 responses per prompt, N_INIT=4 screening responses,
+#   TRAIN_BATCH=B*N=384 samples = one optimizer step per training step;
+# and fills the array named ARRAY with what every Qwen recipe passes:
+#   data: DATA_PATH's INPUT_KEY (prompt) / LABEL_KEY (answer), chat template;
+#   vLLM: --vllm.gpu_memory_utilization 0.9, prefix caching (a continuation reuses the KV
+#     cache of its own screening);
+#   rollout: B prompts x N responses, up to 3072 new tokens, prompt + response <= 4096,
+#     temperature 1.0, EPISODES (1) passes over DATA_PATH, one epoch per batch;
+#   optimizer: lr 1e-6 constant after WARMUP_STEPS (10) warmup optimizer steps, weight
+#     decay 0.1;
+#   outputs: checkpoints every SAVE_STEPS (20) steps (the last 2 kept) in OUT/ckpt, the
+#     final model in OUT/final, TensorBoard logs in OUT/tensorboard, the SPEED trace in
+#     OUT/trace.jsonl; with EVAL_PATH set (checked here too) an evaluation every EVAL_STEPS
+#     (10) steps.
+qwen_common_args() {
+  local -n _qwen_args=$1
+  local model_id=$2 out_default=$3 where=${4:-}
+  need_path MODEL_PATH config_dir "download $model_id where you have network (huggingface-cli download $model_id --local-dir DIR) and point MODEL_PATH at the local folder$where"
+  need_path DATA_PATH file "point DATA_PATH at a jsonl file of math prompts with \"prompt\" and \"answer\" keys (openrlhf-speed prepare-data writes one)$where"
+  OUT=$(realpath -m "${OUT:-$out_default}")
+  mkdir -p "$OUT"
+
+  B=16 N=24 N_INIT=4
+  TRAIN_BATCH=$((B * N))
+  EPISODES=${EPISODES:-1}
+  local warmup
+  warmup=$(warmup_ratio "${WARMUP_STEPS:-10}" "$(count_rows "$DATA_PATH")" "$N" "$TRAIN_BATCH" "$EPISODES" 1)
+
+  _qwen_args=(
+    --actor.model_name_or_path "$(realpath "$MODEL_PATH")"
+    --data.prompt_dataset "$(realpath "$DATA_PATH")"
+    --data.input_key "${INPUT_KEY:-prompt}" --data.label_key "${LABEL_KEY:-answer}" --data.apply_chat_template
+    --vllm.gpu_memory_utilization 0.9 --vllm.enable_prefix_caching
+    --rollout.batch_size "$B" --rollout.n_samples_per_prompt "$N"
+    --rollout.max_new_tokens 3072 --data.max_len 4096 --rollout.temperature 1.0
+    --train.num_episodes "$EPISODES" --train.max_epochs 1
+    --train.batch_size "$TRAIN_BATCH"
+    --actor.adam.lr 1e-6 --actor.adam.weight_decay 0.1
+    --actor.lr_scheduler constant_with_warmup --actor.lr_warmup_ratio "$warmup"
+    --ckpt.path "$OUT/ckpt" --ckpt.save_steps "${SAVE_STEPS:-20}" --ckpt.max_num 2 --ckpt.output_dir "$OUT/final"
+    --logger.tensorboard_dir "$OUT/tensorboard" --speed.trace_path "$OUT/trace.jsonl"
+  )
+  if [[ -n ${EVAL_PATH:-} ]]; then
+    need_path EVAL_PATH file "point EVAL_PATH at a held-out jsonl file with the training data's keys, or unset it"
+    _qwen_args+=(--eval.dataset "$(realpath "$EVAL_PATH")" --eval.steps "${EVAL_STEPS:-10}")
+  fi
+}
+
+# qwen7b_deepspeed_args ARRAY
+# Appends the 7B recipes' one-node layout and DeepSpeed actor to the array named ARRAY:
+#   resources: 2 vLLM engines (tensor parallel 1, one GPU each) + the actor on 2 GPUs;
+#   micro batches of 2 (training) and 4 (log-prob forward);
+#   DeepSpeed ZeRO-3, bf16, flash attention 2, packed samples, gradient checkpointing, and
+#   fp32 master weights + Adam states on the host (--ds.adam_offload) unless ADAM_OFFLOAD=0.
+qwen7b_deepspeed_args() {
+  local -n _qwen_args=$1
+  _qwen_args+=(
+    --actor.num_nodes 1 --actor.num_gpus_per_node 2
+    --vllm.num_engines 2 --vllm.tensor_parallel_size 1
+    --train.micro_batch_size 2 --rollout.micro_batch_size 4
+    --ds.zero_stage 3 --ds.param_dtype bf16 --ds.attn_implementation flash_attention_2 --ds.packing_samples
+    --actor.gradient_checkpointing_enable
+  )
+  if [[ ${ADAM_OFFLOAD:-1} != 0 ]]; then _qwen_args+=(--ds.adam_offload); fi
 }

@@ -52,49 +52,18 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source examples/scripts/recipe_lib.sh
 VENV=${VENV:-.venv}
-need_path MODEL_PATH config_dir "download Qwen/Qwen2.5-Math-7B where you have network (huggingface-cli download Qwen/Qwen2.5-Math-7B --local-dir DIR) and point MODEL_PATH at the local folder"
-need_path DATA_PATH file "point DATA_PATH at a jsonl file of math prompts with \"prompt\" and \"answer\" keys (openrlhf-speed prepare-data writes one)"
-OUT=$(realpath -m "${OUT:-runs/speed_reinforce_pp_qwen7b}")  # absolute: Ray workers do not share our cwd
-mkdir -p "$OUT"
-
-B=16 N=24 N_INIT=4
-TRAIN_BATCH=$((B * N))
-EPISODES=${EPISODES:-1}
-WARMUP_RATIO=$(warmup_ratio "${WARMUP_STEPS:-10}" "$(count_rows "$DATA_PATH")" "$N" "$TRAIN_BATCH" "$EPISODES" 1)
-
-ARGS=(
-  --actor.model_name_or_path "$(realpath "$MODEL_PATH")"
-  --data.prompt_dataset "$(realpath "$DATA_PATH")"
-  --data.input_key "${INPUT_KEY:-prompt}" --data.label_key "${LABEL_KEY:-answer}" --data.apply_chat_template
-  # resources: 2 vLLM engines + 2 actor GPUs
-  --actor.num_nodes 1 --actor.num_gpus_per_node 2
-  --vllm.num_engines 2 --vllm.tensor_parallel_size 1 --vllm.gpu_memory_utilization 0.9
-  --vllm.enable_prefix_caching
-  # algorithm
+qwen_common_args ARGS Qwen/Qwen2.5-Math-7B runs/speed_reinforce_pp_qwen7b  # inputs, OUT, B N N_INIT, the shared flags
+qwen7b_deepspeed_args ARGS  # 2 vLLM engines + a DeepSpeed ZeRO-3 actor on 2 GPUs
+ARGS+=(
+  # algorithm: REINFORCE++-baseline, k2 KL loss, ICEPOP importance-sampling correction,
+  # the reference model on the actor's GPUs
   --algo.advantage.estimator reinforce_baseline
   --algo.kl.use_loss --algo.kl.estimator k2 --algo.kl.init_coef 1e-5
   --algo.advantage.is_correction_level token --algo.advantage.is_correction_mode mask
   --algo.advantage.is_correction_threshold 0.5 5.0
   --ref.num_nodes 1 --ref.num_gpus_per_node 2 --train.colocate_actor_ref
+  # curriculum: SPEED screening
   --speed.strategy speed --speed.n_init "$N_INIT" --speed.max_inflight_prompts 64
-  --rollout.batch_size "$B" --rollout.n_samples_per_prompt "$N"
-  --rollout.max_new_tokens 3072 --data.max_len 4096 --rollout.temperature 1.0
-  --train.num_episodes "$EPISODES" --train.max_epochs 1
-  # optimizer
-  --train.batch_size "$TRAIN_BATCH" --train.micro_batch_size 2 --rollout.micro_batch_size 4
-  --actor.adam.lr 1e-6 --actor.adam.weight_decay 0.1
-  --actor.lr_scheduler constant_with_warmup --actor.lr_warmup_ratio "$WARMUP_RATIO"
-  # DeepSpeed
-  --ds.zero_stage 3 --ds.param_dtype bf16 --ds.attn_implementation flash_attention_2 --ds.packing_samples
-  --actor.gradient_checkpointing_enable
-  # outputs
-  --ckpt.path "$OUT/ckpt" --ckpt.save_steps "${SAVE_STEPS:-20}" --ckpt.max_num 2 --ckpt.output_dir "$OUT/final"
-  --logger.tensorboard_dir "$OUT/tensorboard" --speed.trace_path "$OUT/trace.jsonl"
 )
-if [[ ${ADAM_OFFLOAD:-1} != 0 ]]; then ARGS+=(--ds.adam_offload); fi
-if [[ -n ${EVAL_PATH:-} ]]; then
-  need_path EVAL_PATH file "point EVAL_PATH at a held-out jsonl file with the training data's keys, or unset it"
-  ARGS+=(--eval.dataset "$(realpath "$EVAL_PATH")" --eval.steps "${EVAL_STEPS:-10}")
-fi
 
 exec "$VENV/bin/openrlhf-speed" train "${ARGS[@]}" "$@"

@@ -33,16 +33,24 @@ SCRIPT_VARS = ("MODEL_PATH", "DATA_PATH", "EVAL_PATH", "EVAL_STEPS", "OUT", "VEN
                "EPISODES", "WARMUP_STEPS", "SAVE_STEPS", "ADAM_OFFLOAD", "MAX_STEPS", "RAY_ADDRESS")
 
 # What each recipe must resolve to: dotted config path -> value. Every train_*.sh needs an entry.
-PAPER_7B = {
+# PAPER: what every Qwen recipe shares (recipe_lib.sh's qwen_common_args).
+PAPER = {
     "rollout.batch_size": 16, "rollout.n_samples_per_prompt": 24, "rollout.max_new_tokens": 3072,
     "rollout.temperature": 1.0, "data.max_len": 4096, "train.batch_size": 384,
     "actor.adam.lr": 1e-6, "actor.adam.weight_decay": 0.1, "actor.lr_scheduler": "constant_with_warmup",
-    "actor.num_nodes": 1, "actor.num_gpus_per_node": 2, "vllm.num_engines": 2, "vllm.tensor_parallel_size": 1,
-    "ds.zero_stage": 3, "ds.param_dtype": "bf16", "ds.packing_samples": True,
-    "ds.attn_implementation": "flash_attention_2", "data.apply_chat_template": True,
-    "data.input_key": "prompt", "data.label_key": "answer",
+    "data.apply_chat_template": True, "data.input_key": "prompt", "data.label_key": "answer",
+    "vllm.gpu_memory_utilization": 0.9, "vllm.enable_prefix_caching": True,
 }
-SPEED_7B = {**PAPER_7B, "speed.strategy": "speed", "speed.n_init": 4, "speed.max_inflight_prompts": 64}
+SPEED = {"speed.strategy": "speed", "speed.n_init": 4, "speed.max_inflight_prompts": 64}
+# The 7B recipes' one-node layout and DeepSpeed actor (recipe_lib.sh's qwen7b_deepspeed_args).
+PAPER_7B = {
+    **PAPER, "backend": "deepspeed",
+    "actor.num_nodes": 1, "actor.num_gpus_per_node": 2, "vllm.num_engines": 2, "vllm.tensor_parallel_size": 1,
+    "train.micro_batch_size": 2, "rollout.micro_batch_size": 4,
+    "ds.zero_stage": 3, "ds.param_dtype": "bf16", "ds.packing_samples": True, "ds.adam_offload": True,
+    "ds.attn_implementation": "flash_attention_2", "actor.gradient_checkpointing_enable": True,
+}
+SPEED_7B = {**PAPER_7B, **SPEED}
 NO_KL = {"algo.kl.init_coef": 0.0, "algo.kl.use_loss": False}
 EXPECTED = {
     "train_speed_rloo_qwen7b.sh": {**SPEED_7B, **NO_KL, "algo.advantage.estimator": "rloo"},
@@ -67,8 +75,12 @@ EXPECTED = {
         "train.colocate_actor_ref": True, "ref.num_gpus_per_node": 2,
     },
     MULTINODE: {
-        **SPEED_7B, **NO_KL, "algo.advantage.estimator": "rloo", "actor.num_nodes": 2, "actor.num_gpus_per_node": 8,
-        "vllm.num_engines": 4, "vllm.tensor_parallel_size": 4, "train.micro_batch_size": 1,
+        **PAPER, **SPEED, **NO_KL, "algo.advantage.estimator": "rloo", "actor.num_nodes": 2,
+        "actor.num_gpus_per_node": 8, "vllm.num_engines": 4, "vllm.tensor_parallel_size": 4,
+        "train.micro_batch_size": 1, "rollout.micro_batch_size": 2,
+        "backend": "megatron", "megatron.tp": 8, "megatron.pp": 2, "megatron.recompute": "full",
+        "megatron.dtype": "bf16", "megatron.sequence_parallel": False, "megatron.vocab_divisible_by": 1,
+        "ds.packing_samples": False, "ds.adam_offload": False,
     },
     "train_speed_rloo_smollm2_cpu.sh": {
         "speed.strategy": "speed", "speed.n_init": 4, "rollout.batch_size": 8, "rollout.n_samples_per_prompt": 8,
@@ -79,6 +91,28 @@ EXPECTED = {
         "algo.advantage.estimator": "rloo",
     },
 }
+
+
+# Qwen/Qwen2.5-32B's config.json (its architecture fields): the multi-node recipe's dry run
+# checks --megatron.tp / --megatron.pp against the model's heads and layers, so it gets this
+# instead of the embedded model's config.
+QWEN25_32B_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu", "hidden_size": 5120,
+    "intermediate_size": 27648, "num_hidden_layers": 64, "num_attention_heads": 40, "num_key_value_heads": 8,
+    "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 131072,
+    "max_window_layers": 64, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": 131072,
+    "use_sliding_window": False, "attention_dropout": 0.0, "initializer_range": 0.02, "torch_dtype": "bfloat16",
+    "bos_token_id": 151643, "eos_token_id": 151643,
+}
+
+
+def qwen2_params(cfg: dict) -> int:
+    """Parameters of a Qwen2 model from its config: QKV (with bias), output, SwiGLU MLP and two
+    RMSNorms per layer, the final norm, the embedding and (untied) the LM head."""
+    h, kv = cfg["hidden_size"], cfg["num_key_value_heads"] * cfg["hidden_size"] // cfg["num_attention_heads"]
+    layer = (h * (h + 2 * kv) + h + 2 * kv) + h * h + 3 * h * cfg["intermediate_size"] + 2 * h
+    embeddings = cfg["vocab_size"] * h * (1 if cfg["tie_word_embeddings"] else 2)
+    return cfg["num_hidden_layers"] * layer + h + embeddings
 
 
 def lookup(config: dict, dotted: str):
@@ -119,14 +153,22 @@ def inputs(tmp_path_factory):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     held_out = root / "test.jsonl"
     held_out.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "4"}) + "\n")
-    return {"MODEL_PATH": str(model), "DATA_PATH": str(data), "EVAL_PATH": str(held_out), "OUT": str(root / "out")}
+    model_32b = root / "qwen2.5-32b"
+    model_32b.mkdir()
+    (model_32b / "config.json").write_text(json.dumps(QWEN25_32B_CONFIG))
+    return {"MODEL_PATH": str(model), "DATA_PATH": str(data), "EVAL_PATH": str(held_out), "OUT": str(root / "out"),
+            "MODEL_PATH_32B": str(model_32b)}
+
+
+def model_path(name: str, inputs: dict) -> str:
+    return inputs["MODEL_PATH_32B"] if name == MULTINODE else inputs["MODEL_PATH"]
 
 
 def script_env(name: str, inputs: dict, **overrides) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in SCRIPT_VARS}
     env["VENV"] = str(VENV_BIN.parent)
     if header_gpus((SCRIPTS / name).read_text()):  # GPU recipes take their inputs from the environment
-        env.update(inputs)
+        env.update({k: v for k, v in inputs.items() if k in SCRIPT_VARS}, MODEL_PATH=model_path(name, inputs))
     if name == MULTINODE:
         env["RAY_ADDRESS"] = "127.0.0.1:6379"  # a dry run never connects
     for key, value in overrides.items():
@@ -200,7 +242,7 @@ def test_dry_run_resolves_the_recipe(recipe, dry_runs, inputs):
     nodes, per_node = gpus
     assert resources["total_gpus"] == nodes * per_node, resources
     assert resources["nodes"] <= nodes
-    assert config["actor"]["model_name_or_path"] == inputs["MODEL_PATH"]
+    assert config["actor"]["model_name_or_path"] == model_path(recipe, inputs)
     assert config["data"]["prompt_dataset"] == inputs["DATA_PATH"]
     assert config["eval"]["dataset"] == inputs["EVAL_PATH"] and config["eval"]["steps"] > 0
     assert config["ckpt"]["path"].startswith(inputs["OUT"])
@@ -213,6 +255,11 @@ def test_dry_run_resolves_the_recipe(recipe, dry_runs, inputs):
     assert math.ceil(s * config["actor"]["lr_warmup_ratio"]) == 10
     SchedulerType(config["actor"]["lr_scheduler"])  # OpenRLHF passes any string on to transformers
 
+    if config["backend"] == "megatron":
+        check_megatron_plan(recipe, config, resources)
+    else:
+        assert "megatron" not in resources
+
     if recipe == MULTINODE:  # the Slurm job allocates what the recipe plans
         text = SBATCH.read_text()
         sbatch_nodes = int(re.search(r"^#SBATCH --nodes=(\d+)$", text, re.M).group(1))
@@ -221,3 +268,28 @@ def test_dry_run_resolves_the_recipe(recipe, dry_runs, inputs):
         assert MULTINODE in text and "ray\" start --head" in text
 
 
+
+
+def check_megatron_plan(recipe: str, config: dict, resources: dict) -> None:
+    """The Megatron layout the dry run planned, and the header's arithmetic for it: the flags
+    it names, the data-parallel size, the parameter count and the per-GPU state (18 B per
+    parameter over tp x pp: bf16 weights, fp32 main gradients and master weights, Adam m and
+    v; no distributed optimizer, so nothing is divided by dp)."""
+    text = (SCRIPTS / recipe).read_text()
+    header = text[: text.index("set -euo pipefail")]
+    mg = config["megatron"]
+    tp, pp = mg["tp"], mg["pp"]
+    dp = resources["actor"] // (tp * pp)
+    assert resources["megatron"] == {"tp": tp, "pp": pp, "dp": dp}
+    assert tp * pp * dp == resources["actor"] == config["actor"]["num_nodes"] * config["actor"]["num_gpus_per_node"]
+    assert config["ds"]["tensor_parallel_size"] == tp * pp  # OpenRLHF's ranks per model replica
+    for flag in ("--backend megatron", f"--megatron.tp {tp}", f"--megatron.pp {pp}",
+                 f"--megatron.recompute {mg['recompute']}", f"--megatron.dtype {mg['dtype']}",
+                 f"--train.micro_batch_size {config['train']['micro_batch_size']}",
+                 f"--rollout.micro_batch_size {config['rollout']['micro_batch_size']}"):
+        assert flag in header, flag
+    assert f"data parallel {resources['actor']} / ({tp} x {pp}) = {dp}" in header
+    cfg = json.loads((Path(config["actor"]["model_name_or_path"]) / "config.json").read_text())
+    params = qwen2_params(cfg)
+    assert f"{params / 1e9:.2f}e9" in header, params
+    assert f"18 B x {params / 1e9:.1f}e9 / ({tp} x {pp}) = {18 * params / (tp * pp) / 1e9:.1f} GB" in header
