@@ -121,9 +121,16 @@ def hf_train(hf, ids, labels, steps):
 
 
 def check_train(model, ids, labels, steps=2):
-    from openrlhf_speed.backends.megatron.train_utils import allreduce_tied_embedding_grads, grad_norm
+    from openrlhf_speed.backends.megatron.train_utils import (
+        MasterWeightsAdamW,
+        allreduce_tied_embedding_grads,
+        grad_norm,
+    )
 
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    if next(model.parameters()).dtype == torch.float32:
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    else:  # bf16 parameters: fp32 master weights and main grads, as the actor does
+        opt = MasterWeightsAdamW([{"params": list(model.parameters()), "weight_decay": 0.0}], lr=LR)
     losses, norms = [], []
     for _ in range(steps):
         opt.zero_grad()
@@ -135,7 +142,7 @@ def check_train(model, ids, labels, steps=2):
     return {"loss": losses, "grad_norm": norms}
 
 
-def run_case(arch, model_path, checks, tp, pp):
+def run_case(arch, model_path, checks, tp, pp, dtype=torch.float32):
     from megatron.core import parallel_state as ps
 
     from openrlhf_speed.backends.megatron.model import build_gpt_model, gpt_config_from_hf
@@ -143,7 +150,7 @@ def run_case(arch, model_path, checks, tp, pp):
 
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     hf = build_hf(arch, model_path).to(device)
-    config, spec = gpt_config_from_hf(hf.config, tp_size=tp, pp_size=pp)
+    config, spec = gpt_config_from_hf(hf.config, tp_size=tp, pp_size=pp, params_dtype=dtype)
     layout = WeightLayout.from_hf(hf.config, tp, pp, te_names=spec.use_te)
     model = build_gpt_model(config, spec)
     source = HFCheckpoint(model_path, dtype=torch.float32) if model_path else hf.state_dict()
@@ -154,7 +161,7 @@ def run_case(arch, model_path, checks, tp, pp):
     result = {}
     if "logits" in checks:
         result["logits"] = check_logits(model, hf, ids, hf.config.vocab_size)
-    if "roundtrip" in checks:
+    if "roundtrip" in checks and dtype == torch.float32:
         result["roundtrip"] = check_roundtrip(model, hf, layout)
     if "train" in checks:
         result["train"] = check_train(model, ids, labels)
@@ -169,8 +176,10 @@ def main():
     parser.add_argument("--archs", default="llama,qwen2", help="tiny random models; '' for none")
     parser.add_argument("--checks", default="logits,roundtrip,train")
     parser.add_argument("--smollm2", default="", help="HF folder of SmolLM2-135M: logits + round trip")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="Megatron parameters (HF stays fp32)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     torch.set_num_threads(1)
     if torch.cuda.is_available():  # the GPU path: NCCL, Megatron's own CUDA code (no shims)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
@@ -181,7 +190,9 @@ def main():
 
     init_model_parallel(args.tp, args.pp, seed=1234)
     checks = args.checks.split(",")
-    results = {arch: run_case(arch, "", checks, args.tp, args.pp) for arch in filter(None, args.archs.split(","))}
+    results = {
+        arch: run_case(arch, "", checks, args.tp, args.pp, dtype) for arch in filter(None, args.archs.split(","))
+    }
     if args.smollm2:
         results["smollm2"] = run_case("smollm2", args.smollm2, ["logits", "roundtrip"], args.tp, args.pp)
     with open(os.path.join(args.out, f"rank{dist.get_rank()}.json"), "w") as f:
