@@ -10,14 +10,11 @@ rows of 16, 11 and 7 tokens. Every rank's results are checked: log-probs and the
 numbers must reach every rank of the pipeline, not only the last stage.
 """
 
-import json
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _util import torchrun_ranks
 
 pytest.importorskip("megatron.core")
 
@@ -28,23 +25,11 @@ LOGPROB_TOL = 1e-4
 TRAIN_RTOL = 1e-5  # measured: at most 1.4e-6 relative, both steps, every layout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("megatron_actor")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-        str(WORKER), "--out", str(out),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return torchrun_ranks(WORKER, 2, out)
 
 
 def _close(a, b, rtol):

@@ -10,13 +10,10 @@ Tiny random Llama (tied, GQA) and Qwen2 (QKV bias) run by default; SmolLM2-135M 
 default and at TP=3 under e2e_long (its 9 heads / 3 KV heads cannot be split over 2 ranks).
 """
 
-import json
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _util import torchrun_ranks
 
 pytest.importorskip("megatron.core")
 
@@ -28,11 +25,6 @@ LOGIT_TOL = 1e-4
 SMOL_LOGIT_TOL = 2.5e-4
 TRAIN_RTOL = 1e-5
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _merge(ranks):
@@ -53,14 +45,8 @@ def _merge(ranks):
 def launch(tmp_path_factory, tp, pp, *extra, timeout=600):
     nproc = tp * pp
     out = tmp_path_factory.mktemp(f"megatron_tp{tp}_pp{pp}")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-        str(WORKER), "--tp", str(tp), "--pp", str(pp), "--out", str(out), *extra,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return _merge([json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)])
+    ranks = torchrun_ranks(WORKER, nproc, out, "--tp", str(tp), "--pp", str(pp), *extra, timeout=timeout)
+    return _merge(ranks)
 
 
 def _smollm2_path():

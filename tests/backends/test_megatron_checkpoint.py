@@ -15,12 +15,10 @@ per-rank results:
 
 import json
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _util import torchrun_ranks
 
 pytest.importorskip("megatron.core")
 
@@ -30,23 +28,11 @@ LAYOUTS = ("tp2", "pp2")
 NPROC = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("megatron_ckpt")
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(NPROC),
-        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-        str(WORKER), "--out", str(out),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(NPROC)]
+    return torchrun_ranks(WORKER, NPROC, out)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
