@@ -6,7 +6,7 @@ module-scoped fixture), and several tests read its results:
 - HF -> Megatron -> HF gives back every tensor bit for bit;
 - two AdamW steps give the same loss and gradient norm at TP=1, TP=2 and PP=2 (and as the
   same steps on the HF model).
-Tiny random Llama (tied, GQA) and Qwen2 (QKV bias) run by default; SmolLM2-135M at TP=1 by
+Tiny random Llama (tied, GQA) and Qwen2 (QKV bias) run by default; SmolLM2-135M at TP=1 and PP=2 by
 default and at TP=3 under e2e_long (its 9 heads / 3 KV heads cannot be split over 2 ranks).
 """
 
@@ -70,7 +70,7 @@ def tp2(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pp2(tmp_path_factory):
-    return launch(tmp_path_factory, 1, 2)
+    return launch(tmp_path_factory, 1, 2, "--smollm2", _smollm2_path())
 
 
 @pytest.fixture(params=["tp1", "tp2", "pp2"])
@@ -108,8 +108,9 @@ def test_train_steps_equal_across_layouts(tp1, tp2, pp2, arch):
     assert ref["loss"][1] < ref["loss"][0]  # the step did something
 
 
-def test_smollm2_tp1_matches_hf(tp1):
-    res = tp1["smollm2"]
+@pytest.mark.parametrize("layout", ["tp1", "pp2"])
+def test_smollm2_matches_hf(layout, request):
+    res = request.getfixturevalue(layout)["smollm2"]
     assert res["logits"]["max_abs_diff"] < SMOL_LOGIT_TOL, res["logits"]
     assert res["roundtrip"]["not_equal"] == [] and res["roundtrip"]["n_exported"] == 272
 
