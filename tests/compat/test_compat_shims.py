@@ -91,7 +91,12 @@ group = GlooBroadcastGroup("127.0.0.1", port, rank, 2)
 for dtype in (torch.bfloat16, torch.float32):
     t = torch.arange(12, dtype=dtype).reshape(3, 4) * 0.37 if rank == 0 else torch.zeros(3, 4, dtype=dtype)
     group.broadcast(t, src=0)
-    print(dtype, t.float().tolist())
+    print(dtype, t.float().tolist(), flush=True)
+# Skip interpreter teardown: destroying a gloo group while the peer tears down its own can
+# abort ("terminate called without an active exception", seen once in CI after both ranks
+# had printed); what is under test is the data above, not the exit.
+import os
+os._exit(0)
 """
 
 

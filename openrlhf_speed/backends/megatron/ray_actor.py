@@ -152,10 +152,8 @@ class MegatronPolicyActor(_MegatronModelActor):
             is_correction_gating=args.algo.advantage.is_correction_gating,
             is_correction_threshold=args.algo.advantage.is_correction_threshold,
         )
-        self.replay_buffer = NaiveReplayBuffer(
-            args.train.micro_batch_size, args.train.buffer_limit if hasattr(args.train, "buffer_limit") else 0,
-            True, False, False,
-        )
+        # (micro-batch size, no size limit, CPU offload, no packing, no dynamic batching)
+        self.replay_buffer = NaiveReplayBuffer(args.train.micro_batch_size, 0, True, False, False)
         self._fits = 0
         self.checkpoint_states = {}
         ckpt_dir = os.path.join(args.ckpt.path, "_actor")
@@ -259,7 +257,7 @@ class MegatronPolicyActor(_MegatronModelActor):
         return self.checkpoint_states
 
     def save_checkpoint(self, tag, client_states=None, metric_value=None, metric_key=None) -> None:
-        from .checkpoint import export_hf, save_checkpoint
+        from .checkpoint import save_checkpoint
 
         args = self.args
         if not args.ckpt.disable_ds:
@@ -273,7 +271,10 @@ class MegatronPolicyActor(_MegatronModelActor):
         from .checkpoint import export_hf
 
         if self.dp_rank == 0:  # one replica holds the whole model; the others have copies
+            # The checkpoint's own dtype (config.json may name it as a string).
             dtype = getattr(self.hf_config, "dtype", None) or getattr(self.hf_config, "torch_dtype", None)
+            if isinstance(dtype, str):
+                dtype = getattr(torch, dtype, None)
             export_hf(self.model, self.layout, out_dir, self.hf_config, tokenizer=self.tokenizer,
                       dtype=dtype if isinstance(dtype, torch.dtype) else self.dtype)
 
