@@ -220,10 +220,6 @@ def _validate_speed(args) -> None:
         raise FlagError(f"--train.max_steps ({args.train.max_steps}) must be >= 1")
 
 
-def _raise_flag_error(message: str):
-    raise FlagError(message)
-
-
 def _reward_func_path() -> str:
     from openrlhf_speed.rewards import reward_func
 
@@ -351,7 +347,7 @@ def prepare(args) -> None:
     _validate_speed(args)
     from openrlhf_speed.cli.megatron_flags import prepare_backend
 
-    notes += prepare_backend(args, cpu=compat.cpu_mode() and not args.dry_run, error=_raise_flag_error)
+    notes += prepare_backend(args, cpu=compat.cpu_mode() and not args.dry_run)
     plan = resource_plan(args)
     if args.backend == "megatron":
         plan["megatron"] = {"tp": args.megatron.tp, "pp": args.megatron.pp,

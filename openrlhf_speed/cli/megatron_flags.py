@@ -12,7 +12,6 @@
 Flag combinations the Megatron actor does not implement are refused here, by name.
 """
 
-from types import SimpleNamespace
 
 
 def add_megatron_arguments(parser) -> None:
@@ -44,7 +43,13 @@ def megatron_dtype(args) -> str:
     return choice
 
 
-def _check_model(path: str, tp: int, pp: int, error) -> None:
+def _error(message: str):
+    from openrlhf_speed.cli.flags import FlagError  # flags imports this module lazily
+
+    raise FlagError(message)
+
+
+def _check_model(path: str, tp: int, pp: int) -> None:
     """The model's architecture and head / layer counts against tp and pp, before any actor
     starts (the actors would fail the same way, minutes later)."""
     from transformers import AutoConfig
@@ -57,33 +62,33 @@ def _check_model(path: str, tp: int, pp: int, error) -> None:
         if config.num_hidden_layers % pp:
             raise ValueError(f"--megatron.pp {pp} must divide the number of layers ({config.num_hidden_layers})")
     except (ValueError, NotImplementedError, OSError) as e:
-        error(f"--backend megatron with the model {path}: {e}")
+        _error(f"--backend megatron with the model {path}: {e}")
 
 
-def prepare_backend(args, cpu: bool, error) -> list:
+def prepare_backend(args, cpu: bool) -> list:
     """Validate `--backend` / `--megatron.*` and wire the chosen actor classes; returns notes.
-    `error(message)` raises the caller's flag error."""
+    A bad combination raises `FlagError` naming the flags."""
     from openrlhf_speed.rollout import actor
 
-    mg = getattr(args, "megatron", None) or SimpleNamespace(tp=1, pp=1)
+    mg = args.megatron
     if args.backend != "megatron":
         if (mg.tp, mg.pp) != (1, 1):
-            error("--megatron.tp / --megatron.pp need --backend megatron.")
+            _error("--megatron.tp / --megatron.pp need --backend megatron.")
         actor.select_backend("deepspeed")
         return []
     if mg.tp < 1 or mg.pp < 1:
-        error(f"--megatron.tp ({mg.tp}) and --megatron.pp ({mg.pp}) must be >= 1.")
+        _error(f"--megatron.tp ({mg.tp}) and --megatron.pp ({mg.pp}) must be >= 1.")
     actor_gpus = args.actor.num_nodes * args.actor.num_gpus_per_node
     if actor_gpus % (mg.tp * mg.pp):
-        error(f"--megatron.tp x --megatron.pp ({mg.tp} x {mg.pp}) must divide the actor's GPUs "
-              f"(--actor.num_nodes x --actor.num_gpus_per_node = {actor_gpus}).")
+        _error(f"--megatron.tp x --megatron.pp ({mg.tp} x {mg.pp}) must divide the actor's GPUs "
+               f"(--actor.num_nodes x --actor.num_gpus_per_node = {actor_gpus}).")
     ref_gpus = args.ref.num_nodes * args.ref.num_gpus_per_node
     if args.algo.kl.init_coef > 0 and ref_gpus % (mg.tp * mg.pp):
-        error(f"--megatron.tp x --megatron.pp ({mg.tp} x {mg.pp}) must divide the reference model's GPUs "
-              f"(--ref.num_nodes x --ref.num_gpus_per_node = {ref_gpus}); the reference model uses the same layout.")
+        _error(f"--megatron.tp x --megatron.pp ({mg.tp} x {mg.pp}) must divide the reference model's GPUs "
+               f"(--ref.num_nodes x --ref.num_gpus_per_node = {ref_gpus}); the reference model uses the same layout.")
     if args.ds.tensor_parallel_size != 1 or args.ds.ring_attn_size != 1:
-        error("--ds.tensor_parallel_size / --ds.ring_attn_size are DeepSpeed's; with --backend megatron use "
-              "--megatron.tp / --megatron.pp.")
+        _error("--ds.tensor_parallel_size / --ds.ring_attn_size are DeepSpeed's; with --backend megatron use "
+               "--megatron.tp / --megatron.pp.")
     refused = {
         "--ds.packing_samples": args.ds.packing_samples,
         "--train.dynamic_batch_enable": args.train.dynamic_batch_enable,
@@ -95,15 +100,15 @@ def prepare_backend(args, cpu: bool, error) -> list:
     }
     for flag, on in refused.items():
         if on:
-            error(f"{flag} is not implemented for --backend megatron; drop it or use --backend deepspeed.")
+            _error(f"{flag} is not implemented for --backend megatron; drop it or use --backend deepspeed.")
     if args.algo.advantage.estimator == "gae":
-        error("--algo.advantage.estimator gae needs a critic, which the Megatron backend does not train; use rloo, "
-              "reinforce, reinforce_baseline, group_norm or dr_grpo, or --backend deepspeed.")
+        _error("--algo.advantage.estimator gae needs a critic, which the Megatron backend does not train; use rloo, "
+               "reinforce, reinforce_baseline, group_norm or dr_grpo, or --backend deepspeed.")
     if mg.sequence_parallel and (cpu or mg.tp == 1):
-        error("--megatron.sequence_parallel needs a GPU and --megatron.tp > 1.")
+        _error("--megatron.sequence_parallel needs a GPU and --megatron.tp > 1.")
     if args.actor.optim != "adam":
-        error(f"--actor.optim {args.actor.optim}: the Megatron actor implements adam (AdamW) only.")
-    _check_model(args.actor.model_name_or_path, mg.tp, mg.pp, error)
+        _error(f"--actor.optim {args.actor.optim}: the Megatron actor implements adam (AdamW) only.")
+    _check_model(args.actor.model_name_or_path, mg.tp, mg.pp)
     args.ds.tensor_parallel_size = mg.tp * mg.pp  # OpenRLHF's "ranks per model replica" (see module doc)
     actor.select_backend("megatron")
     dp = actor_gpus // (mg.tp * mg.pp)

@@ -219,9 +219,9 @@ def _clip_grads(model, max_norm: float) -> float:
     if max_norm > 0:
         coef = max_norm / (norm + 1e-6)
         if coef < 1.0:
-            for param in model.parameters():
-                if grad_of(param) is not None:
-                    grad_of(param).mul_(coef)
+            for grad in map(grad_of, model.parameters()):
+                if grad is not None:
+                    grad.mul_(coef)
     return norm
 
 

@@ -114,7 +114,7 @@ def run_fit(actor, kl_ctl: float) -> dict:
                             drop_last=True, collate_fn=buffer.collate_fn)
         batches = list(loader)
         for start in range(0, len(batches), gas):
-            window = [exp.to_device(device) or exp for exp in batches[start : start + gas]]
+            window = [exp.to_device(device) for exp in batches[start : start + gas]]
             info = _window_loss_info(window, dp_group, gas)
             actor.optimizer.zero_grad(set_to_none=True)
             window_sums = {}

@@ -1,8 +1,9 @@
 """Training-step pieces for a Megatron-Core GPTModel driven by a plain torch optimizer
 (AdamW, with fp32 master weights for bf16 parameters: `MasterWeightsAdamW`).
 
-Megatron's own optimizer/DDP stack (main_grad buffers, distributed optimizer) is not used
-here: on CPU it buys nothing, and the actor keeps OpenRLHF's optimizer semantics. What
+Megatron's own optimizer/DDP stack (DDP grad buffers, distributed optimizer) is not used
+here: on CPU it buys nothing, and the actor keeps OpenRLHF's optimizer semantics; only the
+name `main_grad` for the fp32 gradient is borrowed from it. What
 Megatron's `finalize_model_grads` would otherwise do is here instead:
 - `allreduce_tied_embedding_grads`: with tied embeddings and pp > 1 the first and the last
   stage each hold a copy of the embedding; their gradients are summed so both copies take
@@ -121,7 +122,9 @@ class MasterWeightsAdamW:
 
 def make_optimizer(model, lr, betas, eps, weight_decay, master_weights: bool):
     """AdamW with OpenRLHF's parameter groups (no decay on biases and norms), over fp32
-    master weights when the model's parameters are low precision."""
+    master weights when the model's parameters are low precision. Not OpenRLHF's own
+    `get_optimizer_grouped_parameters`: its name list ("norm.weight", ...) misses Transformer
+    Engine's fused `linear_qkv.layer_norm_weight`, which would then be decayed."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if param.requires_grad:
