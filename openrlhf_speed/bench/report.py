@@ -30,6 +30,13 @@ from typing import Optional
 from openrlhf_speed.bench import claims as cl
 
 
+# (label, metrics key): generation is the driver's wait for the engines; the rest of the
+# engines' work overlaps training (pre-fetch) and costs no step time.
+_PROFILE = (("generation wait", "timing/generation"), ("experience", "timing/make_experience"),
+            ("train", "timing/ppo_train"), ("weight sync", "timing/broadcast"),
+            ("curriculum", "timing_parts/curriculum_overhead"))
+
+
 def load_run(path: str) -> dict:
     """{'steps': [step records], 'evals': [eval records]} from a --log.jsonl file."""
     steps, evals = [], []
@@ -105,6 +112,9 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
         "curriculum_overhead_s": _sum(steps, "timing_parts/curriculum_overhead"),
         "curriculum_overhead_share": _sum(steps, "timing_parts/curriculum_overhead") / wall if wall else float("nan"),
         "eval_s": _sum(evals, "eval_time_s"),
+        # Where a step's time goes (the profile of a miss): mean seconds per step.
+        "step_profile_s": {part: _sum(steps, key) / len(steps) if steps else float("nan")
+                           for part, key in _PROFILE},
     }
 
 
@@ -176,6 +186,9 @@ def table_markdown(report: dict) -> str:
                   ", ".join(f"{n} {v:.1f}" for n, v in useful.items()) +
                   "; steps whose gradient was zero (every group's rewards equal): " +
                   ", ".join(f"{n} {s['zero_gradient_steps']}" for n, s in report["summary"].items())]
+    lines += ["", "mean seconds per step (" + " / ".join(p for p, _ in _PROFILE) + "): " +
+              "; ".join(f"{n} " + " / ".join(_fmt(v, ".1f") for v in s["step_profile_s"].values())
+                        for n, s in report["summary"].items())]
     if report.get("engine"):
         e = report["engine"]
         lines += ["", f"engine limit on the same requests: {e['tokens_per_s']:.0f} tokens/s "

@@ -55,6 +55,9 @@ def test_time_to_target_and_speedups(bench_dir):
     assert s["speed"]["useful_tokens_per_s"] == pytest.approx(0.7 * 4 * 700 / 80)
     assert s["uniform"]["useful_tokens_per_s"] == pytest.approx(0.5 * 4 * 800 / 120)
     assert "useful tokens per second of training clock" in rep.table_markdown(report)
+    # 20 s steps, half generation, half training.
+    assert s["speed"]["step_profile_s"]["generation wait"] == 10 and s["speed"]["step_profile_s"]["train"] == 10
+    assert "speed 10.0 / 0.0 / 10.0 / 0.0 / 0.0" in rep.table_markdown(report)
 
 
 def test_unreached_target_is_reported_not_guessed(bench_dir):
