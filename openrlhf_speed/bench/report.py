@@ -14,7 +14,9 @@ Definitions:
 - useful-token share: tokens of trained groups whose rewards are not all equal / tokens
   generated (`speed/useful_token_share_cum` of the last step);
 - curriculum overhead share: driver time outside generation, reward and training
-  (`timing_parts/curriculum_overhead`) / the training clock.
+  (`timing_parts/curriculum_overhead`) / the training clock;
+- claims: the paper's, each met / missed / not measurable, with the arithmetic of a miss
+  (claims.py); the plot's error bars are +-1 binomial standard error of each evaluation.
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ import json
 import math
 import os
 from typing import Optional
+
+from openrlhf_speed.bench import claims as cl
+
+
+# (label, metrics key): generation is the driver's wait for the engines; the rest of the
+# engines' work overlaps training (pre-fetch) and costs no step time.
+_PROFILE = (("generation wait", "timing/generation"), ("experience", "timing/make_experience"),
+            ("train", "timing/ppo_train"), ("weight sync", "timing/broadcast"),
+            ("curriculum", "timing_parts/curriculum_overhead"))
 
 
 def load_run(path: str) -> dict:
@@ -68,12 +79,17 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
     tokens = {p: _sum(steps, f"speed/tokens_{p}") for p in ("screen", "continue", "full", "discarded", "generated")}
     evals = sorted(evals, key=lambda e: e["step"])
     t_target, s_target = time_to_target(evals, target) if target is not None else (None, None)
+    final = evals[-1] if evals else {}
+    screened, qualified = _sum(steps, "speed/prompts_screened"), _sum(steps, "speed/prompts_qualified")
     return {
         "steps": len(steps),
         "train_wall_s": wall,
         "step_s_mean": wall / len(steps) if steps else float("nan"),
         "start_accuracy": evals[0]["eval_accuracy"] if evals and evals[0]["step"] == 0 else float("nan"),
-        "final_accuracy": evals[-1]["eval_accuracy"] if evals else float("nan"),
+        "start_accuracy_se": (cl.binomial_se(evals[0]["eval_accuracy"], evals[0].get("eval_num_samples", 0))
+                              if evals and evals[0]["step"] == 0 else float("nan")),
+        "final_accuracy": final.get("eval_accuracy", float("nan")),
+        "final_accuracy_se": cl.binomial_se(final.get("eval_accuracy"), final.get("eval_num_samples", 0)),
         "best_accuracy": max((e["eval_accuracy"] for e in evals), default=float("nan")),
         "time_to_target_s": t_target,
         "steps_to_target": s_target,
@@ -83,12 +99,22 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
         "tokens_discarded": tokens["discarded"],
         "tokens_generated": tokens["generated"],
         "useful_token_share": last.get("speed/useful_token_share_cum", float("nan")),
+        # The mechanism behind a speedup, measurable even when accuracy has not moved yet:
+        # tokens of groups that carry a gradient, per second of training clock.
+        "useful_tokens_per_s": (last.get("speed/useful_token_share_cum", float("nan")) * tokens["generated"] / wall
+                                if wall else float("nan")),
+        "zero_gradient_steps": sum(1 for st in steps if st.get("actor_grad_norm", 1.0) == 0.0),
+        "prompts_screened": screened,
+        "qualification_rate": qualified / screened if screened else float("nan"),
         "generation_s": gen_s,
         "generation_tokens_per_s": tokens["generated"] / gen_s if gen_s else float("nan"),
         "train_s": _sum(steps, "timing/ppo_train"),
         "curriculum_overhead_s": _sum(steps, "timing_parts/curriculum_overhead"),
         "curriculum_overhead_share": _sum(steps, "timing_parts/curriculum_overhead") / wall if wall else float("nan"),
         "eval_s": _sum(evals, "eval_time_s"),
+        # Where a step's time goes (the profile of a miss): mean seconds per step.
+        "step_profile_s": {part: _sum(steps, key) / len(steps) if steps else float("nan")
+                           for part, key in _PROFILE},
     }
 
 
@@ -103,7 +129,7 @@ def speedups(summary: dict, ours: str = "speed", baselines=("uniform", "dapo")) 
     return out
 
 
-def build_report(runs: dict, target: Optional[float]) -> dict:
+def build_report(runs: dict, target: Optional[float], settings: Optional[dict] = None) -> dict:
     chosen = target if target is not None else auto_target(runs)
     summary = {name: run_summary(run, chosen) for name, run in runs.items()}
     starts = [s["start_accuracy"] for s in summary.values() if not _nan(s["start_accuracy"])]
@@ -113,8 +139,19 @@ def build_report(runs: dict, target: Optional[float]) -> dict:
     elif target is None and starts and chosen <= max(starts):
         note = (f"auto target {chosen:.4f} is not above the step-0 accuracy ({max(starts):.4f}): not every curriculum "
                 "improved in this budget, so times to target are not meaningful; run longer (more --steps)")
-    return {"target_accuracy": chosen, "target_mode": "auto" if target is None else "fixed", "note": note,
-            "summary": summary, "speedups": speedups(summary)}
+    noise = max((2 * s["start_accuracy_se"] for s in summary.values() if not _nan(s["start_accuracy_se"])),
+                default=float("nan"))
+    within_noise = note is None and chosen is not None and starts and chosen - max(starts) < noise
+    if within_noise:
+        # A target this close to where every run started can be reached by sampling noise
+        # alone: a time to it says nothing about the curriculum.
+        note = (f"target {chosen:.4f} is within two standard errors ({noise:.3f}) of the step-0 accuracy "
+                f"({max(starts):.4f}): reaching it can be evaluation noise, so times to target and speedups are not "
+                "evidence; evaluate on more prompts (--eval_prompts, --eval_k) or train longer (--steps)")
+    report = {"target_accuracy": chosen, "target_mode": "auto" if target is None else "fixed", "note": note,
+              "target_within_noise": bool(within_noise), "summary": summary, "speedups": speedups(summary)}
+    report["claims"] = cl.check(report, settings)
+    return report
 
 
 def _fmt(x, spec: str, none: str = "not reached") -> str:
@@ -143,12 +180,23 @@ def table_markdown(report: dict) -> str:
     sp = ", ".join(f"{k} " + ("n/a" if v is None else f"{v:.2f}x") for k, v in report["speedups"].items())
     if sp:
         lines += ["", f"speedups (time to target): {sp}"]
+    useful = {n: s["useful_tokens_per_s"] for n, s in report["summary"].items()}
+    if not any(_nan(v) for v in useful.values()):
+        lines += ["", "useful tokens per second of training clock (the mechanism of a speedup): " +
+                  ", ".join(f"{n} {v:.1f}" for n, v in useful.items()) +
+                  "; steps whose gradient was zero (every group's rewards equal): " +
+                  ", ".join(f"{n} {s['zero_gradient_steps']}" for n, s in report["summary"].items())]
+    lines += ["", "mean seconds per step (" + " / ".join(p for p, _ in _PROFILE) + "): " +
+              "; ".join(f"{n} " + " / ".join(_fmt(v, ".1f") for v in s["step_profile_s"].values())
+                        for n, s in report["summary"].items())]
     if report.get("engine"):
         e = report["engine"]
         lines += ["", f"engine limit on the same requests: {e['tokens_per_s']:.0f} tokens/s "
                       f"({e['tokens']:.0f} tokens in {e['generation_s']:.1f} s, all requests at once)"]
     if report.get("note"):
         lines += ["", f"note: {report['note']}"]
+    if report.get("claims"):
+        lines += ["", "the paper's claims, checked:", "", cl.claims_markdown(report["claims"])]
     return "\n".join(lines)
 
 
@@ -174,13 +222,16 @@ def plot(runs: dict, report: dict, path: str) -> None:
     for name, run in runs.items():
         ev = sorted(run["evals"], key=lambda e: e["step"])
         acc = [e["eval_accuracy"] for e in ev]
-        ax_t.plot([e["train_wall_s"] / 60 for e in ev], acc, marker="o", label=name)
-        ax_s.plot([e["step"] for e in ev], acc, marker="o", label=name)
+        # +-1 binomial standard error: how far apart two points must be to mean anything.
+        se = [0.0 if math.isnan(x) else x for x in
+              (cl.binomial_se(e["eval_accuracy"], e.get("eval_num_samples", 0)) for e in ev)]
+        ax_t.errorbar([e["train_wall_s"] / 60 for e in ev], acc, yerr=se, marker="o", capsize=3, label=name)
+        ax_s.errorbar([e["step"] for e in ev], acc, yerr=se, marker="o", capsize=3, label=name)
     target = report.get("target_accuracy")
     for ax in (ax_t, ax_s):
         if target is not None:
             ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.3f}")
-        ax.set_ylabel("held-out accuracy (pass@1)")
+        ax.set_ylabel("held-out accuracy (pass@1, +-1 s.e.)")
         ax.grid(alpha=0.3)
     ax_t.set_xlabel("training wall-clock (min, excl. eval/ckpt)")
     ax_s.set_xlabel("training step")

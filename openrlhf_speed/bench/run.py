@@ -239,7 +239,7 @@ def main(argv=None) -> int:
             runs[name] = rep.load_run(path)
     if not runs:
         raise SystemExit(f"openrlhf-speed bench: error: no run logs (*/metrics.jsonl) in {out}")
-    report = rep.build_report(runs, args.target)
+    report = rep.build_report(runs, args.target, meta.get("settings"))
     engine_path = os.path.join(out, "engine_result.json")
     report["engine"] = json.load(open(engine_path)) if os.path.isfile(engine_path) else None
     report.update(command=meta["command"], versions=meta["versions"], settings=meta["settings"])

@@ -20,7 +20,8 @@ def _write_run(path, accs, step_s, tokens, useful, overhead=0.01):
                                     "timing_parts/curriculum_overhead": overhead, "speed/tokens_screen": tokens[0],
                                     "speed/tokens_continue": tokens[1], "speed/tokens_full": tokens[2],
                                     "speed/tokens_discarded": tokens[3], "speed/tokens_generated": sum(tokens[:3]),
-                                    "speed/useful_token_share_cum": useful}) + "\n")
+                                    "speed/useful_token_share_cum": useful,
+                                    "actor_grad_norm": 0.0 if step == 1 else 1.0}) + "\n")
             f.write(json.dumps({"event": "eval", "step": step, "train_wall_s": step * step_s, "eval_accuracy": acc,
                                 "eval_time_s": 3.0}) + "\n")
 
@@ -47,9 +48,16 @@ def test_time_to_target_and_speedups(bench_dir):
     assert (s["dapo"]["time_to_target_s"], s["speed"]["time_to_target_s"]) == (80, 40)
     assert report["speedups"] == {"speed_over_uniform": 3.0, "speed_over_dapo": 2.0}
     assert s["speed"]["tokens_screen"] == 4 * 300 and s["dapo"]["tokens_discarded"] == 4 * 400
-    assert s["speed"]["useful_token_share"] == 0.7
+    assert s["speed"]["useful_token_share"] == 0.7 and s["speed"]["zero_gradient_steps"] == 1
     assert s["speed"]["curriculum_overhead_share"] == pytest.approx(4 * 0.01 / 80)
     assert s["speed"]["generation_tokens_per_s"] == pytest.approx(4 * 700 / (4 * 10))
+    # useful tokens = the run's share x its generated tokens, per second of training clock.
+    assert s["speed"]["useful_tokens_per_s"] == pytest.approx(0.7 * 4 * 700 / 80)
+    assert s["uniform"]["useful_tokens_per_s"] == pytest.approx(0.5 * 4 * 800 / 120)
+    assert "useful tokens per second of training clock" in rep.table_markdown(report)
+    # 20 s steps, half generation, half training.
+    assert s["speed"]["step_profile_s"]["generation wait"] == 10 and s["speed"]["step_profile_s"]["train"] == 10
+    assert "speed 10.0 / 0.0 / 10.0 / 0.0 / 0.0" in rep.table_markdown(report)
 
 
 def test_unreached_target_is_reported_not_guessed(bench_dir):

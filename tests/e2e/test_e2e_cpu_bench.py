@@ -36,5 +36,10 @@ def test_tiny_bench_reports_every_curriculum(tmp_path):
     assert results["summary"]["uniform"]["tokens_full"] > 0 and results["summary"]["uniform"]["tokens_discarded"] == 0
     assert results["engine"]["tokens_per_s"] > 0
     assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
-    assert "speed_over_uniform" in (out / "summary.md").read_text()
+    summary_md = (out / "summary.md").read_text()
+    assert "speed_over_uniform" in summary_md and "the paper's claims, checked" in summary_md
+    claims = {c["claim"]: c for c in results["claims"]}
+    share = claims["speed useful-token share"]
+    assert share["measured"] == results["summary"]["speed"]["useful_token_share"]
+    assert share["status"] in ("met", "missed") and (share["status"] == "met" or "screened prompt" in share["why"])
     assert results["versions"]["openrlhf"] == "0.11.2"
