@@ -46,6 +46,11 @@ def qualification_needed(share: float, n: int, n_init: int) -> float:
     return share / (r * (1.0 - share) + share)
 
 
+def n_ratio_needed(share: float, q: float) -> float:
+    """The N / N_init at which useful_share_ceiling reaches `share` for a given q."""
+    return share * (1.0 - q) / (q * (1.0 - share))
+
+
 def _claim(claim: str, target: str, measured: Optional[float], ok: Optional[bool], why: str = "") -> dict:
     status = "n/a" if ok is None else ("met" if ok else "missed")
     return {"claim": claim, "target": target, "measured": measured, "status": status, "why": why}
@@ -84,7 +89,7 @@ def check(report: dict, settings: Optional[dict] = None, ours: str = "speed") ->
     elif ok is False and n and n_init and q > 0:
         why = (f"{q:.0%} of screened prompts qualified (N={n}, N_init={n_init}): ceiling "
                f"{useful_share_ceiling(q, n, n_init):.2f}; 0.9 needs {qualification_needed(goal, n, n_init):.0%} "
-               f"qualifying at this N/N_init, or N/N_init >= {goal * (1 - q) / (q * (1 - goal)):.0f} at this rate")
+               f"qualifying at this N/N_init, or N/N_init >= {n_ratio_needed(goal, q):.0f} at this rate")
     out.append(_claim(f"{ours} useful-token share", f">= {goal:g}", share, ok, why))
     over, goal = s["curriculum_overhead_share"], TARGETS["curriculum_overhead_share"]
     out.append(_claim(f"{ours} curriculum overhead (share of the training clock)", f"<= {goal:.0%}", over,

@@ -79,15 +79,17 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
     tokens = {p: _sum(steps, f"speed/tokens_{p}") for p in ("screen", "continue", "full", "discarded", "generated")}
     evals = sorted(evals, key=lambda e: e["step"])
     t_target, s_target = time_to_target(evals, target) if target is not None else (None, None)
+    start = evals[0] if evals and evals[0]["step"] == 0 else {}
     final = evals[-1] if evals else {}
+    share = last.get("speed/useful_token_share_cum", float("nan"))
+    overhead_s = _sum(steps, "timing_parts/curriculum_overhead")
     screened, qualified = _sum(steps, "speed/prompts_screened"), _sum(steps, "speed/prompts_qualified")
     return {
         "steps": len(steps),
         "train_wall_s": wall,
         "step_s_mean": wall / len(steps) if steps else float("nan"),
-        "start_accuracy": evals[0]["eval_accuracy"] if evals and evals[0]["step"] == 0 else float("nan"),
-        "start_accuracy_se": (cl.binomial_se(evals[0]["eval_accuracy"], evals[0].get("eval_num_samples", 0))
-                              if evals and evals[0]["step"] == 0 else float("nan")),
+        "start_accuracy": start.get("eval_accuracy", float("nan")),
+        "start_accuracy_se": cl.binomial_se(start.get("eval_accuracy"), start.get("eval_num_samples", 0)),
         "final_accuracy": final.get("eval_accuracy", float("nan")),
         "final_accuracy_se": cl.binomial_se(final.get("eval_accuracy"), final.get("eval_num_samples", 0)),
         "best_accuracy": max((e["eval_accuracy"] for e in evals), default=float("nan")),
@@ -98,19 +100,18 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
         "tokens_full": tokens["full"],
         "tokens_discarded": tokens["discarded"],
         "tokens_generated": tokens["generated"],
-        "useful_token_share": last.get("speed/useful_token_share_cum", float("nan")),
+        "useful_token_share": share,
         # The mechanism behind a speedup, measurable even when accuracy has not moved yet:
         # tokens of groups that carry a gradient, per second of training clock.
-        "useful_tokens_per_s": (last.get("speed/useful_token_share_cum", float("nan")) * tokens["generated"] / wall
-                                if wall else float("nan")),
+        "useful_tokens_per_s": share * tokens["generated"] / wall if wall else float("nan"),
         "zero_gradient_steps": sum(1 for st in steps if st.get("actor_grad_norm", 1.0) == 0.0),
         "prompts_screened": screened,
         "qualification_rate": qualified / screened if screened else float("nan"),
         "generation_s": gen_s,
         "generation_tokens_per_s": tokens["generated"] / gen_s if gen_s else float("nan"),
         "train_s": _sum(steps, "timing/ppo_train"),
-        "curriculum_overhead_s": _sum(steps, "timing_parts/curriculum_overhead"),
-        "curriculum_overhead_share": _sum(steps, "timing_parts/curriculum_overhead") / wall if wall else float("nan"),
+        "curriculum_overhead_s": overhead_s,
+        "curriculum_overhead_share": overhead_s / wall if wall else float("nan"),
         "eval_s": _sum(evals, "eval_time_s"),
         # Where a step's time goes (the profile of a miss): mean seconds per step.
         "step_profile_s": {part: _sum(steps, key) / len(steps) if steps else float("nan")

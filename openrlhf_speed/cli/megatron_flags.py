@@ -13,7 +13,6 @@ Flag combinations the Megatron actor does not implement are refused here, by nam
 """
 
 
-
 def add_megatron_arguments(parser) -> None:
     g = parser.add_argument_group("Megatron-Core backend (--backend megatron, --megatron.*)")
     g.add_argument("--backend", type=str, default="deepspeed", choices=["deepspeed", "megatron"],

@@ -16,6 +16,8 @@ def test_useful_share_ceiling_is_the_screening_arithmetic():
     assert cl.useful_share_ceiling(1.0, n=4, n_init=2) == 1.0
     q = cl.qualification_needed(0.9, n=4, n_init=2)
     assert q == pytest.approx(0.9 / 1.1) and cl.useful_share_ceiling(q, 4, 2) == pytest.approx(0.9)
+    r = cl.n_ratio_needed(0.9, q=0.25)
+    assert r == pytest.approx(27.0) and cl.useful_share_ceiling(0.25, n=r, n_init=1) == pytest.approx(0.9)
     assert math.isnan(cl.useful_share_ceiling(float("nan"), 4, 2))
     assert cl.binomial_se(0.5, 100) == pytest.approx(0.05) and math.isnan(cl.binomial_se(0.5, 0))
 
