@@ -20,7 +20,7 @@ exec "$VENV/bin/openrlhf-speed" train \
   --train.batch_size 64 --train.micro_batch_size 8 --train.max_steps "$MAX_STEPS" \
   --rollout.max_new_tokens 128 --data.max_len 640 \
   --rollout.temperature 1.0 \
-  --ds.zero_stage 2 --ds.param_dtype bf16 \
+  --ds.zero_stage 2 --ds.param_dtype auto \
   --actor.adam.lr 2e-6 --actor.lr_warmup_ratio 0 --actor.adam.weight_decay 0.1 \
   --ckpt.path "$OUT/ckpt" --ckpt.output_dir "$OUT/final" \
   --logger.tensorboard_dir "$OUT/tensorboard" \

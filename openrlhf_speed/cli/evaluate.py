@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_len", type=int, default=1024, help="prompt + response limit (vLLM max_model_len)")
     p.add_argument("--max_prompts", type=int, default=None, help="evaluate only the first N prompts")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"],
+                   help="engine dtype; auto: bfloat16 on GPU and on CPUs with native bf16, float32 on CPUs without")
     p.add_argument("--no_chat_template", action="store_true", help="send string prompts as they are")
     p.add_argument("--out", default=None, help="write all figures to this JSON file")
     return p
@@ -67,6 +69,20 @@ def print_table(table: dict, k: int) -> None:
               f"{s['never_solved']:>8.2f}{s['always_solved']:>8.2f}{s['tokens_per_answer']:>9.1f}")
 
 
+def _engine_dtype(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    import torch
+
+    from openrlhf_speed.compat.precision import VLLM_NAMES, cpu_precision
+
+    if torch.cuda.is_available():
+        return "bfloat16"
+    prec = cpu_precision()
+    print(f"[evaluate] dtype: {prec.reason}: engine in {VLLM_NAMES[prec.dtype]}", flush=True)
+    return VLLM_NAMES[prec.dtype]
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from openrlhf_speed import compat
@@ -87,7 +103,8 @@ def main(argv=None) -> int:
     rows = rows[: args.max_prompts] if args.max_prompts else rows
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model, dtype="bfloat16", max_model_len=args.max_len, seed=args.seed, enforce_eager=True)
+    dtype = _engine_dtype(args.dtype)
+    llm = LLM(model=model, dtype=dtype, max_model_len=args.max_len, seed=args.seed, enforce_eager=True)
     tok = llm.get_tokenizer()
 
     def render(p):

@@ -29,6 +29,9 @@ def add_arguments(parser) -> None:
     if getattr(parser, "_openrlhf_speed_flags", False):
         return
     parser._openrlhf_speed_flags = True
+    from openrlhf_speed.compat.precision import widen_param_dtype_flag
+
+    widen_param_dtype_flag(parser)
     add_speed_arguments(parser)
     from openrlhf_speed.cli.megatron_flags import add_megatron_arguments
 
@@ -87,9 +90,10 @@ def add_arguments(parser) -> None:
         type=str,
         default="auto",
         choices=["auto", "bfloat16", "float16", "float32"],
-        help="dtype of the vLLM engines' weights and compute (added by openrlhf-speed; auto: vLLM's choice, the "
-        "checkpoint's dtype). float32 with an fp32 actor (the Megatron backend on CPU) makes the engine's log-probs "
-        "match the actor's to rounding; the weight sync casts to whatever the engine holds.",
+        help="dtype of the vLLM engines' weights and compute (added by openrlhf-speed). auto: bfloat16 on GPU "
+        "(OpenRLHF's choice) and on CPUs with native bf16, float32 on CPUs without it. float32 with an fp32 actor "
+        "makes the engine's log-probs match the actor's to rounding; the weight sync casts to whatever the engine "
+        "holds.",
     )
     group.add_argument(
         "--ray.num_cpus",
@@ -276,7 +280,7 @@ def _adapt_to_cpu(args) -> list:
         notes.append(f"--ds.attn_implementation {args.ds.attn_implementation} -> sdpa (no flash attention on CPU)")
         args.ds.attn_implementation = "sdpa"
     if args.ds.param_dtype == "fp16":
-        raise FlagError("--ds.param_dtype fp16 is not supported by DeepSpeed on CPU; use bf16.")
+        raise FlagError("--ds.param_dtype fp16 is not supported by DeepSpeed on CPU; use auto, fp32 or bf16.")
     return notes
 
 
@@ -338,12 +342,18 @@ def prepare(args) -> None:
         notes = _resolve_defaults(args)
     except ModelNotFoundError as e:
         raise FlagError(str(e))
-    if compat.cpu_mode() and not args.dry_run:
-        notes += _adapt_to_cpu(args)
-    elif compat.cpu_mode():
+    from openrlhf_speed.compat.precision import cpu_precision, resolve_dtypes
+
+    cpu = compat.cpu_mode() and not args.dry_run
+    if compat.cpu_mode() and args.dry_run:
         # A dry run validates the recipe for the hardware it names (usually GPUs); what a
         # real run on this CPU machine would change is only reported.
-        notes.append("dry run on a machine without CUDA: CPU adaptations (gloo sync, sdpa, refusals) not applied")
+        prec = cpu_precision()
+        notes.append("dry run on a machine without CUDA: CPU adaptations (gloo sync, sdpa, dtype, refusals) not applied; "
+                     f"dtype auto would be {prec.dtype} here ({prec.reason}), bf16 on GPU")
+    else:
+        notes += _adapt_to_cpu(args) if cpu else []
+        notes += resolve_dtypes(args, cpu=cpu)
     _validate_speed(args)
     from openrlhf_speed.cli.megatron_flags import prepare_backend
 

