@@ -8,7 +8,6 @@ cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv}
 MAX_STEPS=${MAX_STEPS:-8}
 OUT=${OUT:-runs/rloo_smollm2_cpu}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
 exec "$VENV/bin/openrlhf-speed" train \
   --actor.model_name_or_path default \

@@ -10,7 +10,6 @@ cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv}
 OUT=${OUT:-runs/speed_rloo_smollm2_cpu}
 MAX_STEPS=${MAX_STEPS:-8}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
 exec "$VENV/bin/openrlhf-speed" train \
   --actor.model_name_or_path default \

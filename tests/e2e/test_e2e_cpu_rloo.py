@@ -39,6 +39,10 @@ def test_two_rloo_steps_train_and_sync_weights(tmp_path):
     (tmp_path / "run.log").write_text(log)
     assert out.returncode == 0, log[-5000:]
     assert "dtype: OPENRLHF_SPEED_CPU_BF16=0: actor, reference and engines in float32" in log
+    # The actor trains on every core it may use (Ray alone would give it one thread).
+    threads = re.findall(r"placement: actor rank 0/1 .*torch threads (\d+), OMP_NUM_THREADS (\S+),", log)
+    want = os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
+    assert threads == [(want, want)], threads
 
     steps = re.findall(r"\[openrlhf-speed\] step (\d+) \| reward ([\d.]+) \| resp_len ([\d.]+).*time \[(.*?)\]", log)
     assert [s[0] for s in steps] == ["1", "2"], log[-5000:]
