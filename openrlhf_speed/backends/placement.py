@@ -1,5 +1,7 @@
 """Which Ray node each role landed on: one line per role process, so a multi-node run
-shows in its log whether the engines and the actor are where the user expects."""
+shows in its log whether the engines and the actor are where the user expects. Used by both
+actor backends and by rollout's vLLM engines; here, below rollout, so a backend needs no
+import of the layer that drives it."""
 
 import os
 import socket

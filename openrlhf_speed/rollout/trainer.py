@@ -30,7 +30,8 @@ import time
 import ray
 import torch
 
-from openrlhf_speed.rollout.weights import compare
+from openrlhf_speed.backends.fingerprints import compare
+from openrlhf_speed.rollout.speed_config import speed_config
 
 
 def step_line(step: int, status: dict) -> str:
@@ -75,8 +76,6 @@ def make_trainer_class(upstream_actor_class):
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            from openrlhf_speed.cli.flags import speed_config
-
             config = speed_config(self.args)
             if config is not None:
                 from openrlhf_speed.rollout.speed_generator import SpeedSamplesGenerator
