@@ -329,6 +329,13 @@ def prepare(args) -> None:
         screens = STRATEGIES[cfg.strategy].uses_n_init
         plan["curriculum"] = {"strategy": cfg.strategy, "n_init": cfg.n_init if screens else None,
                               "max_inflight_prompts": cfg.inflight_limit, "buffer_size": cfg.buffer_limit}
+    if args.ckpt.load_enable:  # where a rerun continues, said (and checked) before anything starts
+        from openrlhf_speed.rollout.checkpoint import ResumeError, resume_point
+
+        try:
+            notes.append(resume_point(args.ckpt.path, curriculum=cfg is not None).message)
+        except ResumeError as e:
+            raise FlagError(str(e))
     for note in notes:
         print(f"[openrlhf-speed] {note}", flush=True)
     if args.dry_run:
