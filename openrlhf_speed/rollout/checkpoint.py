@@ -4,7 +4,8 @@ crash never leaves a half-written one to read.
 A run's `--ckpt.path` holds:
 
     _actor/latest                 the newest complete actor tag, e.g. "global_step2"
-    _actor/global_stepK/          the actor checkpoint of step K (DeepSpeed or Megatron)
+    _actor/global_stepK/          the actor checkpoint of step K (DeepSpeed or Megatron);
+                                  best_global_stepK/ for a new best evaluation at step K
     _speed/global_stepK.pt        the curriculum state of step K (rollout/trainer.py)
 
 Both actor backends write `latest` only after every rank finished writing the tag, so a
@@ -13,7 +14,7 @@ file is rewritten after its barrier; Megatron: backends/megatron/checkpoint.py r
 `.partial` folder first). The actor loads the tag `latest` names, and the curriculum state
 is read for exactly that step, so a newer, half-written tag or state file is never read.
 
-The curriculum state of step K is written before the actor's checkpoint of step K (tmp
+The curriculum state of step K is written before any actor checkpoint of step K (tmp
 file, fsync, rename): whenever `latest` names step K, the state of step K is complete on
 disk. The trainer keeps `--ckpt.max_num` + 1 states, so the one `latest` needs survives a
 crash between the two writes.
@@ -24,7 +25,9 @@ import re
 from typing import NamedTuple
 
 ACTOR_DIR, SPEED_DIR, LATEST = "_actor", "_speed", "latest"
-_TAG = re.compile(r"global_step(\d+)")
+# OpenRLHF's tags: global_stepK (every --ckpt.save_steps) and best_global_stepK (a new best
+# evaluation; it rewrites `latest` too).
+_TAG = re.compile(r"(?:best_)?global_step(\d+)")
 
 
 class ResumeError(RuntimeError):

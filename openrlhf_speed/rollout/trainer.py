@@ -173,6 +173,14 @@ def make_trainer_class(upstream_actor_class):
             super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
             self._excluded_s += time.time() - t0
 
+        def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
+            # A new best evaluation saves the tag best_global_stepK and points the actor's
+            # `latest` at it: the curriculum state of step K must exist first (it may not be
+            # a --ckpt.save_steps step).
+            if self.speed and eval_metrics:
+                self._save_curriculum(global_step)
+            super().save_best_checkpoint(eval_metrics, global_step, client_states)
+
         # -- curriculum checkpoints ----------------------------------------------------
         def init_checkpoint_states(self):
             states = super().init_checkpoint_states()

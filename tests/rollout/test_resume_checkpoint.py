@@ -5,7 +5,8 @@
 - `resume_point` decides which checkpoint a rerun reads: the step `_actor/latest` names,
   never a newer half-written tag or curriculum state; fresh when there is no `latest`;
   an error naming the fix when the folder is inconsistent;
-- the trainer writes the curriculum state before the actor's checkpoint, keeps one more
+- the trainer writes the curriculum state before the actor's checkpoint (a regular one, or
+  the best-evaluation one that also moves `latest`), keeps one more
   than `--ckpt.max_num`, restores the state of the actor's step, and starts fresh when the
   actor found no complete checkpoint (upstream would fail on the empty states).
 """
@@ -125,6 +126,12 @@ def test_newer_half_written_checkpoint_is_never_read(tmp_path):
     assert ".pt.tmp" not in point.message
 
 
+def test_best_checkpoint_tag_is_resumed_from_its_step(tmp_path):
+    # A new best evaluation at step 3 saved best_global_step3 and pointed `latest` at it.
+    root = make_ckpt(tmp_path, latest="best_global_step3", tags=["global_step2", "best_global_step3"], states=[2, 3])
+    assert resume_point(root, curriculum=True).step == 3
+
+
 @pytest.mark.parametrize("latest", ["", "global_step", "global_step5"])
 def test_unreadable_latest_is_an_error_naming_the_fix(tmp_path, latest):
     root = make_ckpt(tmp_path, latest=latest, tags=["global_step2"], states=[2])
@@ -163,6 +170,9 @@ class FakeUpstream:
     def init_checkpoint_states(self):
         return dict(self.states)
 
+    def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
+        self.best_saved_with_state = os.path.isfile(curriculum_state_path(self.args.ckpt.path, global_step))
+
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         # The curriculum state of this step must already be complete on disk.
         self.saved_with_state = os.path.isfile(curriculum_state_path(self.args.ckpt.path, global_step))
@@ -190,6 +200,11 @@ def test_trainer_writes_the_curriculum_state_first_and_keeps_max_num_plus_one(tr
         assert trainer.saved_with_state
     assert saved_steps(trainer.args.ckpt.path) == [3, 4, 5]
     assert trainer.samples_generator.logged == [1, 2, 3, 4, 5]
+
+
+def test_trainer_writes_the_curriculum_state_before_a_best_checkpoint(trainer):
+    trainer.save_best_checkpoint({"eval_accuracy": 0.5}, 3)  # step 3 is an evaluation step only
+    assert trainer.best_saved_with_state
 
 
 def test_trainer_restores_the_state_of_the_actors_step(trainer, capsys):
