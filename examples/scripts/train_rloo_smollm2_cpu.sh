@@ -2,12 +2,16 @@
 # Plain RLOO (no curriculum: --speed.strategy uniform, every group of 8 is trained) on CPU,
 # with the same model, data and settings as train_speed_rloo_smollm2_cpu.sh: the baseline.
 # Hardware: any x86-64 machine, 2+ cores, 16+ GB RAM, no GPU. About 2 min per step on 2 cores.
+# Resumable: a checkpoint every SAVE_STEPS (2) steps in OUT/ckpt (the last 2 kept); running
+# the same command again continues from the last one ("resuming from step K"), or starts
+# fresh when there is none. Start over: rm -r OUT (or OUT=another/folder).
 # Extra flags are passed through: bash train_rloo_smollm2_cpu.sh --train.max_steps 3
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv}
 MAX_STEPS=${MAX_STEPS:-8}
-OUT=${OUT:-runs/rloo_smollm2_cpu}
+OUT=$(realpath -m "${OUT:-runs/rloo_smollm2_cpu}")  # absolute: the Ray workers write the checkpoints
+SAVE_STEPS=${SAVE_STEPS:-2}
 
 exec "$VENV/bin/openrlhf-speed" train \
   --actor.model_name_or_path default \
@@ -21,6 +25,7 @@ exec "$VENV/bin/openrlhf-speed" train \
   --rollout.temperature 1.0 \
   --ds.zero_stage 2 --ds.param_dtype auto \
   --actor.adam.lr 2e-6 --actor.lr_warmup_ratio 0 --actor.adam.weight_decay 0.1 \
-  --ckpt.path "$OUT/ckpt" --ckpt.output_dir "$OUT/final" \
+  --ckpt.path "$OUT/ckpt" --ckpt.save_steps "$SAVE_STEPS" --ckpt.max_num 2 --ckpt.load_enable \
+  --ckpt.output_dir "$OUT/final" \
   --logger.tensorboard_dir "$OUT/tensorboard" \
   "$@"

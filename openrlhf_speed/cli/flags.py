@@ -12,6 +12,7 @@ import sys
 from types import SimpleNamespace
 
 from openrlhf_speed import compat
+from openrlhf_speed.rollout.speed_config import speed_config
 
 EMBEDDED_DATA_DEFAULTS = {"n_train": 1000, "n_test": 200, "seed": 0}
 
@@ -161,39 +162,6 @@ def add_speed_arguments(parser) -> None:
                    "predictive probability that the full group is inside the band is at least this")
     g.add_argument("--speed.trace_path", type=str, default=None,
                    help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
-
-
-def speed_config(args):
-    """SpeedConfig from the parsed flags (None when --speed.strategy off)."""
-    from openrlhf_speed.curriculum import SpeedConfig
-
-    s = args.speed
-    if s.strategy == "off":
-        return None
-    n = args.rollout.n_samples_per_prompt
-    return SpeedConfig(
-        n_samples_per_prompt=n,
-        n_init=s.n_init if s.n_init is not None else max(1, min(4, n // 2)),
-        pass_rate_low=s.pass_rate_low,
-        pass_rate_high=s.pass_rate_high,
-        batch_prompts=args.rollout.batch_size,
-        max_inflight_prompts=s.max_inflight_prompts,
-        buffer_size=s.buffer_size,
-        strategy=s.strategy,
-        seed=args.train.seed,
-        num_epochs=args.train.num_episodes,
-        correct_threshold=s.correct_threshold,
-        max_screened_per_batch=s.max_screened_per_batch,
-        warn_qualification_rate=s.warn_qualification_rate,
-        explore_floor=s.explore_floor,
-        posterior_decay=s.posterior_decay,
-        greso_p_init=s.greso_p_init,
-        greso_p_step=s.greso_p_step,
-        greso_target_zero_variance=s.greso_target_zero_variance,
-        cures_temperature=s.cures_temperature,
-        bayes_skip_confidence=s.bayes_skip_confidence,
-        bayes_admit_confidence=s.bayes_admit_confidence,
-    )
 
 
 def _validate_speed(args) -> None:
@@ -362,13 +330,15 @@ def prepare(args) -> None:
         notes += _adapt_to_cpu(args) if cpu else []
         notes += resolve_dtypes(args, cpu=cpu)
     _validate_speed(args)
-    from openrlhf_speed.cli.megatron_flags import prepare_backend
+    from openrlhf_speed.cli.megatron_flags import megatron_layout, prepare_backend
 
-    notes += prepare_backend(args, cpu=compat.cpu_mode() and not args.dry_run)
+    try:
+        notes += prepare_backend(args, cpu=compat.cpu_mode() and not args.dry_run)
+    except ValueError as e:
+        raise FlagError(str(e))
     plan = resource_plan(args)
     if args.backend == "megatron":
-        plan["megatron"] = {"tp": args.megatron.tp, "pp": args.megatron.pp,
-                            "dp": plan["actor"] // (args.megatron.tp * args.megatron.pp)}
+        plan["megatron"] = megatron_layout(args)
     cfg = speed_config(args)
     if cfg is not None:
         from openrlhf_speed.curriculum import STRATEGIES
@@ -376,6 +346,13 @@ def prepare(args) -> None:
         screens = STRATEGIES[cfg.strategy].uses_n_init
         plan["curriculum"] = {"strategy": cfg.strategy, "n_init": cfg.n_init if screens else None,
                               "max_inflight_prompts": cfg.inflight_limit, "buffer_size": cfg.buffer_limit}
+    if args.ckpt.load_enable:  # where a rerun continues, said (and checked) before anything starts
+        from openrlhf_speed.rollout.checkpoint import ResumeError, resume_point
+
+        try:
+            notes.append(resume_point(args.ckpt.path, curriculum=cfg is not None).message)
+        except ResumeError as e:
+            raise FlagError(str(e))
     for note in notes:
         print(f"[openrlhf-speed] {note}", flush=True)
     if args.dry_run:

@@ -33,19 +33,17 @@ def add_megatron_arguments(parser) -> None:
                    help="pad the vocabulary to a multiple of tp * this (padded rows are masked out of every softmax)")
 
 
-def megatron_dtype(args) -> str:
-    import torch
-
-    choice = args.megatron.dtype
-    if choice == "auto":
-        return "bf16" if torch.cuda.is_available() else "fp32"
-    return choice
-
-
 def _error(message: str):
-    from openrlhf_speed.cli.flags import FlagError  # flags imports this module lazily
+    # A ValueError naming the flags; flags.prepare turns it into its FlagError (this module
+    # does not import flags: flags imports this one).
+    raise ValueError(message)
 
-    raise FlagError(message)
+
+def megatron_layout(args) -> dict:
+    """{tp, pp, dp}: dp = actor ranks / (tp * pp), the one place the data-parallel size is
+    computed (the backend note here, the dry-run plan in flags.prepare)."""
+    mg = args.megatron
+    return {"tp": mg.tp, "pp": mg.pp, "dp": args.actor.num_nodes * args.actor.num_gpus_per_node // (mg.tp * mg.pp)}
 
 
 def _check_model(path: str, tp: int, pp: int) -> None:
@@ -66,7 +64,8 @@ def _check_model(path: str, tp: int, pp: int) -> None:
 
 def prepare_backend(args, cpu: bool) -> list:
     """Validate `--backend` / `--megatron.*` and wire the chosen actor classes; returns notes.
-    A bad combination raises `FlagError` naming the flags."""
+    A bad combination raises ValueError naming the flags."""
+    from openrlhf_speed.backends.megatron.model import megatron_dtype
     from openrlhf_speed.rollout import actor
 
     mg = args.megatron
@@ -110,6 +109,6 @@ def prepare_backend(args, cpu: bool) -> list:
     _check_model(args.actor.model_name_or_path, mg.tp, mg.pp)
     args.ds.tensor_parallel_size = mg.tp * mg.pp  # OpenRLHF's "ranks per model replica" (see module doc)
     actor.select_backend("megatron")
-    dp = actor_gpus // (mg.tp * mg.pp)
+    dp = megatron_layout(args)["dp"]
     return [f"backend: Megatron-Core, tp {mg.tp} x pp {mg.pp} x dp {dp} = {actor_gpus} actor ranks, "
             f"{megatron_dtype(args)} parameters"]

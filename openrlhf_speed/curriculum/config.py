@@ -46,6 +46,11 @@ FLAGS = {
     "bayes_admit_confidence": "--speed.bayes_admit_confidence",
 }
 
+# Strategy name -> class. Filled by `strategies.register_strategy` (the package's __init__
+# imports every strategy module); held here, not in strategies.py, so that `validate` needs no
+# import of the strategies, which import this module for SpeedConfig and FLAGS.
+STRATEGIES: dict[str, type] = {}
+
 # Fields a resumed run may change (load_state_dict accepts them); the others define the
 # epoch order or the group layout, so changing them would lose or repeat prompts.
 RESUMABLE_CHANGES = (
@@ -141,9 +146,6 @@ class SpeedConfig:
     def validate(self) -> "SpeedConfig":
         """Raise ValueError listing every bad flag combination; return self when fine."""
         errors = _generic_errors(self)
-        # Imported here: strategies import this module for type hints and defaults.
-        from .strategies import STRATEGIES
-
         if self.strategy not in STRATEGIES:
             errors.append(
                 f"{FLAGS['strategy']} {self.strategy!r} is not one of: {', '.join(sorted(STRATEGIES))}"

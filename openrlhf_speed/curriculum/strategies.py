@@ -41,7 +41,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .config import FLAGS, SpeedConfig
+from .config import FLAGS, STRATEGIES, SpeedConfig
 from .history import PromptHistory
 from .records import PHASE_CONTINUE, PHASE_FULL, PHASE_SCREEN
 
@@ -134,11 +134,9 @@ class Strategy:
         pass
 
 
-STRATEGIES: dict[str, type] = {}
-
-
 def register_strategy(name: str, cls: Optional[type] = None) -> Callable:
-    """Register a Strategy subclass under `name`; usable as `@register_strategy("x")`."""
+    """Register a Strategy subclass under `name` in `STRATEGIES` (held by config.py, which
+    validates against it); usable as `@register_strategy("x")`."""
 
     def _register(c: type) -> type:
         STRATEGIES[name] = c

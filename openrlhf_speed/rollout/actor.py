@@ -12,8 +12,8 @@ import deepspeed
 import ray
 from openrlhf.trainer.ray import ppo_actor
 
-from openrlhf_speed.rollout.placement import log_placement
-from openrlhf_speed.rollout.weights import fingerprints
+from openrlhf_speed.backends.placement import log_placement
+from openrlhf_speed.backends.fingerprints import fingerprints
 
 
 class SpeedPolicyActor(ppo_actor.PolicyModelActor.__ray_actor_class__):

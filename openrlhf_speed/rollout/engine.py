@@ -21,7 +21,7 @@ DTYPE_ENV = "OPENRLHF_SPEED_VLLM_DTYPE"
 
 class SpeedWorkerWrap(WorkerWrap):
     def weight_fingerprints(self):
-        from openrlhf_speed.rollout.weights import fingerprints
+        from openrlhf_speed.backends.fingerprints import fingerprints
 
         return fingerprints(self.model_runner.model.named_parameters())
 
@@ -31,7 +31,7 @@ _Upstream = vllm_engine.RolloutRayActor.__ray_actor_class__
 
 class SpeedRolloutActor(_Upstream):
     async def __init__(self, *args, **kwargs):
-        from openrlhf_speed.rollout.placement import log_placement
+        from openrlhf_speed.backends.placement import log_placement
 
         log_placement(f"vLLM engine {ray.get_runtime_context().get_actor_id()[:8]}")
         kwargs["worker_extension_cls"] = WORKER_EXTENSION

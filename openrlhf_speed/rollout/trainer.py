@@ -9,7 +9,8 @@ B * N / train.batch_size * max_epochs optimizer steps per training step.
 Step anatomy with SPEED: generate_samples (the curriculum fills a batch; pre-fetched
 requests keep running) -> experience -> train -> drain (collect requests still in flight,
 so none straddles a weight change) -> weight sync (policy version + 1) -> checkpoint
-(the curriculum state goes next to the DeepSpeed checkpoint, see `_speed_state_path`).
+(the curriculum state first, then the actor's; see rollout/checkpoint.py for why that
+order, and which checkpoint a rerun with --ckpt.load_enable reads).
 
 The reward is computed inside the vLLM engine actors as each response finishes, so it
 overlaps generation; `timing_parts/reward` is the reward function's own time summed over the
@@ -22,7 +23,6 @@ estimated with `--eval.n_samples_per_prompt` samples), the figure `openrlhf-spee
 evaluate` reports as accuracy.
 """
 
-import glob
 import json
 import os
 import time
@@ -30,7 +30,9 @@ import time
 import ray
 import torch
 
-from openrlhf_speed.rollout.weights import compare
+from openrlhf_speed.backends.fingerprints import compare
+from openrlhf_speed.rollout.checkpoint import atomic_save, curriculum_state_path, saved_steps
+from openrlhf_speed.rollout.speed_config import speed_config
 
 
 def step_line(step: int, status: dict) -> str:
@@ -75,8 +77,6 @@ def make_trainer_class(upstream_actor_class):
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            from openrlhf_speed.cli.flags import speed_config
-
             config = speed_config(self.args)
             if config is not None:
                 from openrlhf_speed.rollout.speed_generator import SpeedSamplesGenerator
@@ -166,32 +166,48 @@ def make_trainer_class(upstream_actor_class):
                 self._log_jsonl({"event": "step", "step": global_step, "train_wall_s": self._train_wall_s(),
                                  **logs_dict})
             t0 = time.time()
-            super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+            # The curriculum state before the actor's checkpoint: the actor's `latest` then
+            # never names a step whose curriculum state is not complete on disk.
             if self.speed and global_step % self.args.ckpt.save_steps == 0:
                 self._save_curriculum(global_step)
+            super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
             self._excluded_s += time.time() - t0
 
+        def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
+            # A new best evaluation saves the tag best_global_stepK and points the actor's
+            # `latest` at it: the curriculum state of step K must exist first (it may not be
+            # a --ckpt.save_steps step).
+            if self.speed and eval_metrics:
+                self._save_curriculum(global_step)
+            super().save_best_checkpoint(eval_metrics, global_step, client_states)
+
         # -- curriculum checkpoints ----------------------------------------------------
-        def _speed_state_path(self, global_step: int) -> str:
-            return os.path.join(self.args.ckpt.path, "_speed", f"global_step{global_step}.pt")
+        def init_checkpoint_states(self):
+            states = super().init_checkpoint_states()
+            if "global_step" not in states:
+                # `_actor` exists but holds no complete checkpoint yet (the first save was
+                # cut short, so there is no `latest`): the actor loaded nothing, start fresh.
+                states = {"episode": 0, "global_step": 0, "total_consumed_prompts": 0, "data_loader_state_dict": {}}
+            return states
 
         def _save_curriculum(self, global_step: int) -> None:
-            path = self._speed_state_path(global_step)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
             state = self.samples_generator.state_dict()
-            torch.save(state, path + ".tmp")
-            os.replace(path + ".tmp", path)  # a crash mid-write leaves the previous state intact
+            atomic_save(state, curriculum_state_path(self.args.ckpt.path, global_step))
             self.samples_generator.log_saved(global_step, state)
-            kept = sorted(glob.glob(os.path.join(os.path.dirname(path), "global_step*.pt")), key=os.path.getmtime)
-            for old in kept[: max(0, len(kept) - self.args.ckpt.max_num)]:
-                os.remove(old)
+            # One more than the actor keeps: if a crash cuts the actor's save that follows,
+            # `latest` still names the previous step, whose state must still be here.
+            steps = saved_steps(self.args.ckpt.path)
+            for old in steps[: max(0, len(steps) - self.args.ckpt.max_num - 1)]:
+                os.remove(curriculum_state_path(self.args.ckpt.path, old))
 
         def _restore_curriculum(self) -> None:
-            states = self.init_checkpoint_states()
-            step = states.get("global_step", 0)
+            step = self.init_checkpoint_states()["global_step"]
             if not step:
+                if self.args.ckpt.load_enable:
+                    print(f"[openrlhf-speed] no checkpoint to resume in {self.args.ckpt.path}: starting fresh", flush=True)
                 return
-            path = self._speed_state_path(step)
+            # The step the actor loaded (its `latest`), so never a newer, half-written state.
+            path = curriculum_state_path(self.args.ckpt.path, step)
             if not os.path.isfile(path):
                 raise FileNotFoundError(
                     f"resuming from global_step {step}, but the curriculum state {path} is missing: the checkpoint "
@@ -200,7 +216,8 @@ def make_trainer_class(upstream_actor_class):
                 )
             self.samples_generator.load_state_dict(torch.load(path, weights_only=False))
             self._resume_sync = True  # upstream fit re-syncs the same weights on resume
-            print(f"[openrlhf-speed] restored the curriculum state of step {step} from {path}", flush=True)
+            print(f"[openrlhf-speed] resuming from step {step}: restored the curriculum state of step {step} from "
+                  f"{path}", flush=True)
 
         # -- weight-sync check ---------------------------------------------------------
         def check_weight_sync(self, label: str) -> dict:

@@ -52,6 +52,8 @@ PAPER_7B = {
 }
 SPEED_7B = {**PAPER_7B, **SPEED}
 NO_KL = {"algo.kl.init_coef": 0.0, "algo.kl.use_loss": False}
+# The CPU recipes (the default job) checkpoint every 2 steps and resume when rerun.
+RESUMABLE = {"ckpt.load_enable": True, "ckpt.save_steps": 2, "ckpt.max_num": 2}
 EXPECTED = {
     "train_speed_rloo_qwen7b.sh": {**SPEED_7B, **NO_KL, "algo.advantage.estimator": "rloo"},
     "train_rloo_qwen7b.sh": {
@@ -84,11 +86,11 @@ EXPECTED = {
     },
     "train_speed_rloo_smollm2_cpu.sh": {
         "speed.strategy": "speed", "speed.n_init": 4, "rollout.batch_size": 8, "rollout.n_samples_per_prompt": 8,
-        "algo.advantage.estimator": "rloo",
+        "algo.advantage.estimator": "rloo", **RESUMABLE,
     },
     "train_rloo_smollm2_cpu.sh": {
         "speed.strategy": "uniform", "rollout.batch_size": 8, "rollout.n_samples_per_prompt": 8,
-        "algo.advantage.estimator": "rloo",
+        "algo.advantage.estimator": "rloo", **RESUMABLE,
     },
 }
 
@@ -169,6 +171,8 @@ def script_env(name: str, inputs: dict, **overrides) -> dict:
     env["VENV"] = str(VENV_BIN.parent)
     if header_gpus((SCRIPTS / name).read_text()):  # GPU recipes take their inputs from the environment
         env.update({k: v for k, v in inputs.items() if k in SCRIPT_VARS}, MODEL_PATH=model_path(name, inputs))
+    else:  # CPU recipes resume (--ckpt.load_enable): their own OUT, so no run of the user's is read
+        env["OUT"] = str(Path(inputs["OUT"]) / name)
     if name == MULTINODE:
         env["RAY_ADDRESS"] = "127.0.0.1:6379"  # a dry run never connects
     for key, value in overrides.items():
@@ -236,8 +240,10 @@ def test_dry_run_resolves_the_recipe(recipe, dry_runs, inputs):
     assert curriculum["strategy"] == config["speed"]["strategy"]
 
     gpus = header_gpus((SCRIPTS / recipe).read_text())
-    if gpus is None:  # CPU recipe: the embedded model and data
+    if gpus is None:  # CPU recipe: the embedded model and data; resumable, nothing to resume yet
         assert config["actor"]["model_name_or_path"].endswith("SmolLM2-135M-Instruct-bf16-v2")
+        assert config["ckpt"]["path"] == str(Path(inputs["OUT"]) / recipe / "ckpt")
+        assert "[openrlhf-speed] no complete checkpoint in " in dry_runs[recipe].result().stdout
         return
     nodes, per_node = gpus
     assert resources["total_gpus"] == nodes * per_node, resources
@@ -268,6 +274,30 @@ def test_dry_run_resolves_the_recipe(recipe, dry_runs, inputs):
         assert MULTINODE in text and "ray\" start --head" in text
 
 
+
+
+def test_cpu_recipe_rerun_resumes_from_the_last_checkpoint(inputs):
+    """Rerunning the default job finds the last complete checkpoint (the one `_actor/latest`
+    names, with its curriculum state) and says so before starting anything; a newer tag
+    folder that a killed save left behind is named as ignored."""
+    if not (VENV_BIN / "openrlhf-speed").exists():
+        pytest.skip(f"no openrlhf-speed console script in {VENV_BIN}")
+    name = "train_speed_rloo_smollm2_cpu.sh"
+    out = Path(inputs["OUT"]) / "rerun"
+    for tag in ("global_step2", "global_step4"):
+        (out / "ckpt" / "_actor" / tag).mkdir(parents=True)
+    (out / "ckpt" / "_actor" / "latest").write_text("global_step2")
+    (out / "ckpt" / "_speed").mkdir()
+    (out / "ckpt" / "_speed" / "global_step2.pt").write_bytes(b"state")
+    result = run_script(name, script_env(name, inputs, OUT=str(out)), "--dry_run")
+    plan_of(result)
+    assert f"[openrlhf-speed] resuming from step 2 (global_step2 in {out / 'ckpt'})" in result.stdout
+    assert "ignoring what a crashed save left after it: _actor/global_step4" in result.stdout
+
+    (out / "ckpt" / "_speed" / "global_step2.pt").unlink()  # inconsistent: refused before anything starts
+    result = run_script(name, script_env(name, inputs, OUT=str(out)), "--dry_run")
+    assert result.returncode != 0 and "global_step2.pt is missing" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
 
 
 def check_megatron_plan(recipe: str, config: dict, resources: dict) -> None:

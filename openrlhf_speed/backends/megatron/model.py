@@ -55,6 +55,15 @@ class GPTSpec:
     use_te: bool
 
 
+def megatron_dtype(args) -> str:
+    """Parameter dtype from `--megatron.dtype`: auto is bf16 on GPU (fp32 master weights in
+    the optimizer), fp32 on CPU. Read by the flags' plan and by every actor rank."""
+    choice = args.megatron.dtype
+    if choice == "auto":
+        return "bf16" if torch.cuda.is_available() else "fp32"
+    return choice
+
+
 def te_available() -> bool:
     """Transformer Engine's layers need CUDA; its import is the test Megatron itself uses."""
     if not torch.cuda.is_available() or importlib.util.find_spec("transformer_engine") is None:

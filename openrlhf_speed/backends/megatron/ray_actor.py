@@ -28,10 +28,10 @@ import torch
 import torch.distributed as dist
 from openrlhf.trainer.ray.launcher import BaseModelActor
 
-from openrlhf_speed.rollout.placement import log_placement
+from openrlhf_speed.backends.placement import log_placement
 
 from . import actor_ops
-from .model import build_gpt_model, gpt_config_from_hf, init_model_parallel
+from .model import build_gpt_model, gpt_config_from_hf, init_model_parallel, megatron_dtype
 from .weights import HFCheckpoint, WeightLayout, iter_hf_weights, load_hf_weights
 
 
@@ -51,8 +51,6 @@ class _MegatronModelActor(BaseModelActor):
         shard of the HF weights (read lazily: a rank reads only what it holds)."""
         from megatron.core import parallel_state as ps
         from transformers import AutoConfig
-
-        from openrlhf_speed.cli.megatron_flags import megatron_dtype
 
         self.strategy, self.args = strategy, strategy.args
         mg = self.args.megatron
@@ -245,7 +243,7 @@ class MegatronPolicyActor(_MegatronModelActor):
 
     def weight_fingerprints(self) -> dict:
         """Fingerprints of the HF-named tensors exactly as the engines receive them."""
-        from openrlhf_speed.rollout.weights import fingerprints
+        from openrlhf_speed.backends.fingerprints import fingerprints
 
         out = {}
         for name, tensor in iter_hf_weights(self.model, self.layout, self._engine_dtype()):

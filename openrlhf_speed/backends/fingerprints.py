@@ -4,6 +4,8 @@ A fingerprint is the SHA-1 of the tensor's bytes, so two sides agree only if eve
 agrees. vLLM's CPU backend repacks linear weights into oneDNN handles after loading, so
 the engine side fingerprints the tensors it still holds as plain parameters (embeddings,
 which SmolLM2 ties to the LM head, and every norm); they are trained like the rest.
+Both actor backends fingerprint their side, rollout's engines theirs, and rollout's trainer
+compares them (`--check.weight_sync`).
 """
 
 import hashlib

@@ -1,7 +1,9 @@
 """Which Ray node each role landed on, and with how many compute threads: one line per role
 process, so a multi-node run shows in its log whether the engines and the actor are where
 the user expects, and a CPU run shows whether training got the cores it should have (torch's
-intra-op threads, the OMP_NUM_THREADS it inherited, the cores it may run on)."""
+intra-op threads, the OMP_NUM_THREADS it inherited, the cores it may run on). Used by both
+actor backends and by rollout's vLLM engines; here, below rollout, so a backend needs no
+import of the layer that drives it."""
 
 import os
 import socket
