@@ -72,12 +72,12 @@ pip's configuration (pip config list: find-links, index-url) serves a CPU wheel;
   step "flash-attn 2.8.3 (optional, FLASH_ATTN=${FLASH_ATTN:-auto}; builds against this torch)"
   optional FLASH_ATTN "${FLASH_ATTN:-auto}" env MAX_JOBS="${MAX_JOBS:-8}" $PIP --no-build-isolation flash-attn==2.8.3
   step "openrlhf itself (--no-deps: its flash-attn pin is optional here)"; $PIP --no-deps openrlhf==0.11.2
-  # Its core library comes per CUDA major (core_cu12 / core_cu13): the one of this torch
-  # (PyPI's torch 2.13.0 is built for CUDA 13).
+  # Its core library comes per CUDA major, the one of this torch (PyPI's torch 2.13.0 is
+  # built for CUDA 13); extras spelt core-cu13, as in its metadata (older pips match verbatim).
   local cu
   cu=cu$("$VENV/bin/python" -c "import torch; print(torch.version.cuda.split('.')[0])")
-  step "transformer-engine (optional, TE=${TE:-auto}; within megatron-core 0.16.1's >=2.9,<2.12, core_$cu)"
-  optional TE "${TE:-auto}" $PIP --no-build-isolation "transformer-engine[pytorch,core_$cu]>=2.9,<2.12"
+  step "transformer-engine (optional, TE=${TE:-auto}; within megatron-core 0.16.1's >=2.9,<2.12, core-$cu)"
+  optional TE "${TE:-auto}" $PIP --no-build-isolation "transformer-engine[pytorch,core-$cu]>=2.9,<2.12"
 }
 
 ${MODE}_stack

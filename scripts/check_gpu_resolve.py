@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     stack, own = args.report_dir / "gpu_stack.json", args.report_dir / "openrlhf.json"
 
     pip_dry_run(stack, "-r", str(REPO / "requirements" / "gpu.txt"), f"torch=={WANT['torch']}",
-                f"megatron-core=={WANT['megatron-core']}", f"transformer-engine[core_{args.cuda}]>=2.9,<2.12")
+                f"megatron-core=={WANT['megatron-core']}", f"transformer-engine[core-{args.cuda}]>=2.9,<2.12")
     got = installs(stack)
     versions = {name: i["metadata"]["version"] for name, i in got.items()}
     for name, version in WANT.items():
@@ -85,6 +85,9 @@ def main(argv=None) -> int:
     if not cuda:
         sys.exit("[check] FAILED: torch resolved without CUDA libraries (a CPU build?)")
     te = {n: v for n, v in versions.items() if n.startswith("transformer-engine")}
+    if set(te) != {"transformer-engine", f"transformer-engine-{args.cuda}"} or not all(
+            Requirement("te>=2.9,<2.12").specifier.contains(v) for v in te.values()):
+        sys.exit(f"[check] FAILED: transformer-engine resolved to {te}, want it and its {args.cuda} core in >=2.9,<2.12")
     print(f"[check] 1/3 resolved {len(got)} packages: torch {versions['torch']} (+ {', '.join(cuda)}), "
           f"vllm {versions['vllm']}, megatron-core {versions['megatron-core']}, {te}")
 
