@@ -2,9 +2,20 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup train test test-fast test-extra test-all clean
+.PHONY: setup setup-gpu check-gpu-resolve train test test-fast test-extra test-all clean
 setup:
 	bash scripts/bootstrap.sh
+
+# The CUDA stack in its own venv (VENV_GPU, default .venv-gpu): torch 2.13.0 (CUDA), vLLM,
+# DeepSpeed, OpenRLHF, Megatron-Core; flash-attn and transformer-engine when they build
+# (FLASH_ATTN / TE = auto | 1 | 0, see scripts/bootstrap.sh). Recipes: VENV=.venv-gpu bash ...
+VENV_GPU ?= .venv-gpu
+setup-gpu:
+	VENV=$(VENV_GPU) bash scripts/bootstrap.sh --gpu
+
+# pip's resolver, dry run, against the CUDA requirement set (needs PyPI; 2-3 minutes; no install).
+check-gpu-resolve: setup
+	$(PY) scripts/check_gpu_resolve.py
 
 train: setup
 	bash examples/scripts/train_speed_rloo_smollm2_cpu.sh

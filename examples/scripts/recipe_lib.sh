@@ -20,6 +20,30 @@ need_path() {
   esac
 }
 
+note() {
+  echo "$(basename "$0"): note: $*" >&2
+}
+
+# default_gpu_venv: the GPU recipes' venv when VENV is unset: .venv-gpu (make setup-gpu)
+# where it exists, else .venv.
+default_gpu_venv() {
+  if [[ -x .venv-gpu/bin/python ]]; then echo .venv-gpu; else echo .venv; fi
+}
+
+# py_imports MODULE: whether $VENV's Python imports MODULE. A real import, not a lookup: a
+# build that is installed but does not load (ABI, CUDA mismatch) counts as missing.
+py_imports() {
+  "${VENV:-.venv}/bin/python" -c "import $1" >/dev/null 2>&1
+}
+
+# megatron_te_note: Megatron's actor uses Transformer Engine's layer spec where
+# transformer_engine.pytorch imports, its local spec otherwise; say which is off.
+megatron_te_note() {
+  py_imports transformer_engine.pytorch || note "transformer_engine is not importable in ${VENV:-.venv} on this \
+node: the Megatron actor uses Megatron's local layer spec (no fused attention: slower, more activation memory); \
+install it with make setup-gpu TE=1"
+}
+
 # count_rows FILE: non-blank lines of a jsonl file (the rows OpenRLHF's dataset will hold).
 count_rows() {
   grep -c '[^[:space:]]' "$1" || true
@@ -99,16 +123,35 @@ qwen_common_args() {
 # Appends the 7B recipes' one-node layout and DeepSpeed actor to the array named ARRAY:
 #   resources: 2 vLLM engines (tensor parallel 1, one GPU each) + the actor on 2 GPUs;
 #   micro batches of 2 (training) and 4 (log-prob forward);
-#   DeepSpeed ZeRO-3, bf16, flash attention 2, packed samples, gradient checkpointing, and
-#   fp32 master weights + Adam states on the host (--ds.adam_offload) unless ADAM_OFFLOAD=0.
+#   DeepSpeed ZeRO-3, bf16, gradient checkpointing, and fp32 master weights + Adam states on
+#   the host (--ds.adam_offload) unless ADAM_OFFLOAD=0;
+#   flash attention 2 and packed samples (--ds.packing_samples), both of which need
+#   flash_attn: PACKING=auto (default) packs when $VENV imports flash_attn, and without it
+#   runs unpacked with sdpa, saying so; PACKING=0 never packs (an OpenRLHF store_true flag
+#   cannot be undone by an extra flag); PACKING=1 packs whatever is installed.
 qwen7b_deepspeed_args() {
   local -n _qwen_args=$1
+  local packing=${PACKING:-auto} attn=flash_attention_2
+  case $packing in
+    auto | 0 | 1) ;;
+    *) die "PACKING=$packing: use auto (pack when flash_attn imports), 1 (always) or 0 (never)" ;;
+  esac
+  if ! py_imports flash_attn; then
+    if [[ $packing == 1 ]]; then
+      note "PACKING=1: packing and flash attention kept though ${VENV:-.venv} cannot import flash_attn (loading the model will fail)"
+    else
+      attn=sdpa packing=0
+      note "flash_attn is not importable in ${VENV:-.venv}: sample packing off, --ds.attn_implementation sdpa \
+(install it with make setup-gpu FLASH_ATTN=1; PACKING=1 keeps both)"
+    fi
+  fi
   _qwen_args+=(
     --actor.num_nodes 1 --actor.num_gpus_per_node 2
     --vllm.num_engines 2 --vllm.tensor_parallel_size 1
     --train.micro_batch_size 2 --rollout.micro_batch_size 4
-    --ds.zero_stage 3 --ds.param_dtype bf16 --ds.attn_implementation flash_attention_2 --ds.packing_samples
+    --ds.zero_stage 3 --ds.param_dtype bf16 --ds.attn_implementation "$attn"
     --actor.gradient_checkpointing_enable
   )
+  if [[ $packing != 0 ]]; then _qwen_args+=(--ds.packing_samples); fi
   if [[ ${ADAM_OFFLOAD:-1} != 0 ]]; then _qwen_args+=(--ds.adam_offload); fi
 }

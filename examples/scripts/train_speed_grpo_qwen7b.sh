@@ -9,7 +9,8 @@
 # - GRPO's per-sequence loss average (--actor.loss_agg_mode seq-mean-token-mean: the mean
 #   over each response's tokens, then over responses).
 #
-# Hardware: 1 node x 4 GPUs (80 GB each: A100/H100), 256+ GB host RAM, flash-attn installed.
+# Hardware: 1 node x 4 GPUs (80 GB each: A100/H100), 256+ GB host RAM, flash-attn installed
+#   (optional: without it, no packing and sdpa attention, see PACKING).
 # Layout (4 GPUs, nothing colocated): 2 vLLM engines (tensor parallel 1, one GPU each,
 #   prefix caching on, so a continuation reuses the KV cache of its own screening) and a
 #   DeepSpeed ZeRO-3 actor on the other 2 GPUs. Not --train.colocate_all: the SPEED driver
@@ -39,15 +40,16 @@
 #   EVAL_PATH   optional held-out jsonl (same keys), evaluated every EVAL_STEPS (10) steps,
 #               e.g. openrlhf-speed prepare-data --source math500 --input test.jsonl --out data/math500
 #               then EVAL_PATH=data/math500/test.jsonl
-#   OUT (runs/speed_grpo_qwen7b), VENV (.venv), SAVE_STEPS (20), EPISODES (1: passes over
+#   OUT (runs/speed_grpo_qwen7b), VENV (.venv-gpu if present, else .venv), SAVE_STEPS (20), EPISODES (1: passes over
 #   DATA_PATH; set it here rather than --train.num_episodes, the warmup is computed from it),
-#   WARMUP_STEPS (10), ADAM_OFFLOAD (1)
+#   WARMUP_STEPS (10), ADAM_OFFLOAD (1),
+#   PACKING (auto: packed samples when flash_attn imports; 0 never, 1 always)
 # Extra flags are passed through: bash train_speed_grpo_qwen7b.sh --train.max_steps 200
 # Resume a run: the same command with --ckpt.load_enable.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source examples/scripts/recipe_lib.sh
-VENV=${VENV:-.venv}
+VENV=${VENV:-$(default_gpu_venv)}
 qwen_common_args ARGS Qwen/Qwen2.5-Math-7B runs/speed_grpo_qwen7b  # inputs, OUT, B N N_INIT, the shared flags
 qwen7b_deepspeed_args ARGS  # 2 vLLM engines + a DeepSpeed ZeRO-3 actor on 2 GPUs
 ARGS+=(

@@ -5,8 +5,9 @@
 # parallel 8 x pipeline parallel 2 over 16 GPUs.
 #
 # Hardware: 4 nodes x 8 GPUs (80 GB each: A100/H100), NVLink within a node, InfiniBand or
-#   RoCE between nodes, Transformer Engine installed (Megatron's fused attention), a
-#   filesystem every node mounts at the same path holding this repository and its .venv,
+#   RoCE between nodes, Transformer Engine installed (Megatron's fused attention; optional:
+#   without it Megatron's local layer spec, with a note), a filesystem every node mounts
+#   at the same path holding this repository and its venv (make setup-gpu: .venv-gpu),
 #   MODEL_PATH, DATA_PATH and OUT (the actor ranks on every node read the model and write
 #   their checkpoint shards there).
 # Layout (32 GPUs, nothing colocated):
@@ -73,18 +74,21 @@
 #   RAY_ADDRESS=HEAD_IP:6379 MODEL_PATH=/shared/Qwen2.5-32B DATA_PATH=/shared/data/train.jsonl \
 #     bash examples/scripts/train_speed_rloo_qwen32b_multinode.sh
 # openrlhf-speed connects to the cluster named by RAY_ADDRESS (ray.init reads it) and
-# OpenRLHF places the actor and the engines on its GPUs; the driver itself needs no GPU.
+# OpenRLHF places the actor and the engines on its GPUs; the driver itself needs no GPU: it
+# reads the cluster's GPUs (ray.cluster_resources) and sends every worker the GPU settings,
+# printing "device: cuda (...)"; OPENRLHF_SPEED_DEVICE=cuda skips that probe.
 # Inputs (environment): RAY_ADDRESS, MODEL_PATH (local folder of Qwen/Qwen2.5-32B), DATA_PATH
 #   (jsonl with "prompt" and "answer"; INPUT_KEY / LABEL_KEY for other names), EVAL_PATH
 #   (optional held-out jsonl, every EVAL_STEPS (10) steps), OUT (runs/speed_rloo_qwen32b),
-#   VENV (.venv), SAVE_STEPS (20), EPISODES (1), WARMUP_STEPS (10).
+#   VENV (.venv-gpu if present, else .venv), SAVE_STEPS (20), EPISODES (1), WARMUP_STEPS (10).
 # Extra flags are passed through: bash train_speed_rloo_qwen32b_multinode.sh --train.max_steps 200
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source examples/scripts/recipe_lib.sh
-VENV=${VENV:-.venv}
+VENV=${VENV:-$(default_gpu_venv)}
 [[ -n ${RAY_ADDRESS:-} ]] || die "RAY_ADDRESS is not set: start a Ray cluster of 4 nodes x 8 GPUs (sbatch examples/scripts/slurm/train_speed_qwen32b.sbatch does) and set RAY_ADDRESS=HEAD_IP:6379 on its head node"
 qwen_common_args ARGS Qwen/Qwen2.5-32B runs/speed_rloo_qwen32b ", on a filesystem every node mounts"
+megatron_te_note  # says so when Transformer Engine is missing: Megatron's local layer spec then
 ARGS+=(
   # resources: the actor on 2 nodes x 8 GPUs, 4 vLLM engines x TP 4 on the other 2
   --actor.num_nodes 2 --actor.num_gpus_per_node 8

@@ -317,6 +317,13 @@ def prepare(args) -> None:
         notes = _resolve_defaults(args)
     except ModelNotFoundError as e:
         raise FlagError(str(e))
+    # Decided once, here, for every worker (compat/device.py): from this driver's torch, or
+    # with RAY_ADDRESS from the cluster's GPUs; compat.cpu_mode() answers it from now on.
+    try:
+        run_device, why = compat.device.decide_for_run(dry_run=args.dry_run)
+    except compat.device.DeviceError as e:
+        raise FlagError(str(e))
+    notes.append(f"device: {run_device} ({why})")
     from openrlhf_speed.compat.precision import cpu_precision, resolve_dtypes
 
     cpu = compat.cpu_mode() and not args.dry_run

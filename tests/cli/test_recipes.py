@@ -30,7 +30,8 @@ PARALLEL = 4  # dry runs at once (~0.7 GB of memory each)
 NO_PARAMS = type("NoCallspec", (), {"params": {}})()  # stands in for a test item without parameters
 # Variables the scripts read: cleared so the caller's environment cannot change a result.
 SCRIPT_VARS = ("MODEL_PATH", "DATA_PATH", "EVAL_PATH", "EVAL_STEPS", "OUT", "VENV", "INPUT_KEY", "LABEL_KEY",
-               "EPISODES", "WARMUP_STEPS", "SAVE_STEPS", "ADAM_OFFLOAD", "MAX_STEPS", "RAY_ADDRESS")
+               "EPISODES", "WARMUP_STEPS", "SAVE_STEPS", "ADAM_OFFLOAD", "MAX_STEPS", "RAY_ADDRESS", "PACKING",
+               "OPENRLHF_SPEED_DEVICE")
 
 # What each recipe must resolve to: dotted config path -> value. Every train_*.sh needs an entry.
 # PAPER: what every Qwen recipe shares (recipe_lib.sh's qwen_common_args).
@@ -42,13 +43,18 @@ PAPER = {
     "vllm.gpu_memory_utilization": 0.9, "vllm.enable_prefix_caching": True,
 }
 SPEED = {"speed.strategy": "speed", "speed.n_init": 4, "speed.max_inflight_prompts": 64}
+# Whether the venv running the recipes imports flash_attn: with it the 7B recipes pack samples
+# and use flash attention 2, without it (this CPU machine) neither (PACKING=auto).
+HAS_FLASH_ATTN = subprocess.run([str(VENV_BIN / "python"), "-c", "import flash_attn"], capture_output=True).returncode == 0
+NO_FLASH_ATTN_NOTE = "flash_attn is not importable"
 # The 7B recipes' one-node layout and DeepSpeed actor (recipe_lib.sh's qwen7b_deepspeed_args).
 PAPER_7B = {
     **PAPER, "backend": "deepspeed",
     "actor.num_nodes": 1, "actor.num_gpus_per_node": 2, "vllm.num_engines": 2, "vllm.tensor_parallel_size": 1,
     "train.micro_batch_size": 2, "rollout.micro_batch_size": 4,
-    "ds.zero_stage": 3, "ds.param_dtype": "bf16", "ds.packing_samples": True, "ds.adam_offload": True,
-    "ds.attn_implementation": "flash_attention_2", "actor.gradient_checkpointing_enable": True,
+    "ds.zero_stage": 3, "ds.param_dtype": "bf16", "ds.packing_samples": HAS_FLASH_ATTN, "ds.adam_offload": True,
+    "ds.attn_implementation": "flash_attention_2" if HAS_FLASH_ATTN else "sdpa",
+    "actor.gradient_checkpointing_enable": True,
 }
 SPEED_7B = {**PAPER_7B, **SPEED}
 NO_KL = {"algo.kl.init_coef": 0.0, "algo.kl.use_loss": False}
@@ -231,8 +237,13 @@ def plan_of(out) -> dict:
 def test_dry_run_resolves_the_recipe(recipe, dry_runs, inputs):
     from transformers import SchedulerType
 
-    plan = plan_of(dry_runs[recipe].result())
+    out = dry_runs[recipe].result()
+    plan = plan_of(out)
     config, resources = plan["config"], plan["resources"]
+    if "qwen7b" in recipe:  # what is off without flash_attn is said, not silent
+        assert (NO_FLASH_ATTN_NOTE in out.stderr) != HAS_FLASH_ATTN, out.stderr[-2000:]
+    if recipe == MULTINODE:  # a dry run does not probe RAY_ADDRESS's cluster, and says so
+        assert "device: cuda (RAY_ADDRESS is set and the cluster was not probed" in out.stdout
     for dotted, want in EXPECTED[recipe].items():
         assert lookup(config, dotted) == want, dotted
     assert config["train"]["max_steps"] == 3  # extra arguments are passed through
@@ -323,3 +334,69 @@ def check_megatron_plan(recipe: str, config: dict, resources: dict) -> None:
     params = qwen2_params(cfg)
     assert f"{params / 1e9:.2f}e9" in header, params
     assert f"18 B x {params / 1e9:.1f}e9 / ({tp} x {pp}) = {18 * params / (tp * pp) / 1e9:.1f} GB" in header
+
+
+# -- recipe_lib.sh's switches, with a stand-in venv ---------------------------------------------
+def stub_venv(tmp_path, importable: str):
+    """A venv whose `python -c "import M"` succeeds only for the module named `importable`."""
+    venv = tmp_path / f"venv-{importable or 'bare'}"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\n[ "$2" = "import {importable}" ] && exit 0\nexit 1\n')
+    python.chmod(0o755)
+    return venv
+
+
+def lib_call(venv, call: str, **env):
+    script = f'source "{SCRIPTS}/recipe_lib.sh"; {call}'
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                          env={"PATH": os.environ["PATH"], "VENV": str(venv), **env})
+
+
+@pytest.mark.parametrize("flash_attn, packing, want_packing, want_attn, note", [
+    (True, None, True, "flash_attention_2", None),
+    (False, None, False, "sdpa", NO_FLASH_ATTN_NOTE),
+    (True, "0", False, "flash_attention_2", None),  # switched off by hand: no extra flag can
+    (False, "0", False, "sdpa", NO_FLASH_ATTN_NOTE),
+    (True, "1", True, "flash_attention_2", None),
+    (False, "1", True, "flash_attention_2", "PACKING=1"),
+])
+def test_7b_packing_follows_flash_attn_and_packing(tmp_path, flash_attn, packing, want_packing, want_attn, note):
+    venv = stub_venv(tmp_path, "flash_attn" if flash_attn else "")
+    out = lib_call(venv, 'qwen7b_deepspeed_args A; printf "%s\\n" "${A[@]}"',
+                   **({"PACKING": packing} if packing else {}))
+    assert out.returncode == 0, out.stderr
+    args = out.stdout.split("\n")
+    assert ("--ds.packing_samples" in args) == want_packing
+    assert args[args.index("--ds.attn_implementation") + 1] == want_attn
+    if note:
+        assert note in out.stderr
+    else:
+        assert out.stderr == ""
+
+
+def test_bad_packing_value_is_named(tmp_path):
+    out = lib_call(stub_venv(tmp_path, ""), "qwen7b_deepspeed_args A", PACKING="yes")
+    assert out.returncode != 0 and "PACKING=yes" in out.stderr and "auto" in out.stderr
+
+
+@pytest.mark.parametrize("te", [True, False])
+def test_megatron_note_when_transformer_engine_is_missing(tmp_path, te):
+    out = lib_call(stub_venv(tmp_path, "transformer_engine.pytorch" if te else ""), "megatron_te_note")
+    assert out.returncode == 0
+    assert ("transformer_engine is not importable" in out.stderr) != te
+    assert te or "local layer spec" in out.stderr
+
+
+def test_gpu_recipes_take_the_gpu_venv_when_it_exists(tmp_path):
+    (tmp_path / ".venv-gpu" / "bin").mkdir(parents=True)
+    script = f'source "{SCRIPTS}/recipe_lib.sh"; cd "{tmp_path}"; default_gpu_venv; rm -r .venv-gpu; default_gpu_venv'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert out.stdout.split() == [".venv", ".venv"]  # no python in it: not a venv
+    (tmp_path / ".venv-gpu" / "bin").mkdir(parents=True)
+    python = tmp_path / ".venv-gpu" / "bin" / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    out = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/recipe_lib.sh"; cd "{tmp_path}"; default_gpu_venv'],
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout.split() == [".venv-gpu"]

@@ -60,7 +60,11 @@ def megatron_dtype(args) -> str:
     the optimizer), fp32 on CPU. Read by the flags' plan and by every actor rank."""
     choice = args.megatron.dtype
     if choice == "auto":
-        return "bf16" if torch.cuda.is_available() else "fp32"
+        # The run's device (decided once in the driver, compat/device.py), not this process's
+        # torch: a CPU driver of a GPU cluster must say bf16 too.
+        from openrlhf_speed import compat
+
+        return "fp32" if compat.cpu_mode() else "bf16"
     return choice
 
 
