@@ -34,6 +34,9 @@ def add_arguments(parser) -> None:
 
     widen_param_dtype_flag(parser)
     add_speed_arguments(parser)
+    from openrlhf_speed.cli.reward_flags import add_reward_guard_arguments
+
+    add_reward_guard_arguments(parser)
     from openrlhf_speed.cli.megatron_flags import add_megatron_arguments
 
     add_megatron_arguments(parser)

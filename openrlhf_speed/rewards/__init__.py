@@ -2,7 +2,9 @@
 
 - extract.py: final-answer extraction, gold normalisation, response/prompt splitting.
 - pool.py: persistent spawn-started worker processes; overrunning calls are killed.
-- math_reward.py: `math_reward(response, gold) -> RewardResult`, status counters, config.
+- math_reward.py: `math_reward(response, gold) -> RewardResult`, status counters, config,
+  `gold_problem(label)` (why a label cannot be scored against).
+- size.py: a cheap size estimate that refuses huge numbers before math-verify.
 - reward_func.py: the OpenRLHF `--reward.remote_url` file (`reward_func`).
 
 The scoring function is imported from its module,
@@ -18,6 +20,7 @@ from openrlhf_speed.rewards.math_reward import (
     RewardResult,
     compare_answers,
     configure,
+    gold_problem,
     reset_reward_counters,
     reward_counters,
     shutdown,
@@ -33,6 +36,7 @@ __all__ = [
     "compare_answers",
     "configure",
     "extract_answer",
+    "gold_problem",
     "normalize_gold",
     "reset_reward_counters",
     "reward_counters",

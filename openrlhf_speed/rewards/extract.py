@@ -7,6 +7,9 @@ nested quantifiers, no recursion), so adversarial text cannot hang the calling t
   (balanced braces, `\\{` `\\}` are literal), or `\\boxed 5`; else the last number in the
   text (integer, decimal, negative, `1,234`, `3/4`); else None.
 - `parse_plain_number`: the exact value of a plain number, for the parent-side fast path.
+- `canonical_decimal`: a plain decimal number of any length in one canonical spelling, so
+  long numbers (a 5,000-digit gold answer) compare exactly without int() or math-verify.
+- `is_nan_text`: whether an answer spells "not a number" (`nan`, `NaN`, `-nan`).
 - `normalize_gold`: a dataset label (str, int, `$...$`, `\\boxed{...}`) as an answer string.
 - `split_response`: the response part of an OpenRLHF query (prompt + response decoded
   together), with trailing special tokens removed. The rule is in its docstring.
@@ -131,6 +134,28 @@ def parse_plain_number(text: str) -> Fraction | None:
         return Fraction(s.replace(",", ""))
     except (ValueError, ZeroDivisionError):  # "1/0"
         return None
+
+
+_DECIMAL_RE = re.compile(r"([-+]?)(\d{1,3}(?:,\d{3})+|\d*)(?:\.(\d*))?")
+_NAN_SPELLINGS = frozenset({"nan", "-nan", "+nan", "\\mathrm{nan}", "\\text{nan}"})
+
+
+def canonical_decimal(text: str) -> str | None:
+    """`text` as `[-]digits[.digits]` without commas, leading or trailing zeros, or None
+    when it is not a plain decimal number. Two decimals are equal iff their canonical
+    spellings are; linear in the length, no int() (Python refuses > 4300 digits)."""
+    m = _DECIMAL_RE.fullmatch(text.strip().strip("$").strip())
+    if m is None or not (m.group(2) or m.group(3)):
+        return None
+    sign, whole, frac = m.group(1), m.group(2).replace(",", "").lstrip("0"), (m.group(3) or "").rstrip("0")
+    body = (whole or "0") + ("." + frac if frac else "")
+    return body if body == "0" or sign != "-" else "-" + body
+
+
+def is_nan_text(text: str) -> bool:
+    """True for spellings of NaN (`nan`, `NaN`, `-nan`, `\\mathrm{NaN}`): never a correct
+    answer and never a usable gold answer (math-verify would call nan equal to nan)."""
+    return text.strip().strip("$").strip().lower() in _NAN_SPELLINGS
 
 
 def normalize_gold(label) -> str | None:

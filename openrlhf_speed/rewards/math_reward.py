@@ -10,6 +10,19 @@ Fast path: exact rational comparison (`12` == `12.0`, `1,234` == `1234`, `3/4` =
 Equal → correct; two unequal integers → wrong. Unequal non-integers go to math-verify,
 which rounds (0.333333 vs 1/3 counts as equal there), so both paths agree.
 
+Edge cases, each decided before any worker is used:
+- Long answers: a plain decimal number of any length is compared exactly in its canonical
+  spelling (`canonical_decimal`), so a 5,000-digit gold answer can be matched. Any other
+  text longer than MAX_ANSWER_CHARS (1,000) is never given to math-verify: a long answer
+  scores "wrong", a long gold answer that is not a plain number is refused by
+  `gold_problem` (status "error"; the data loader can call it to name the row up front).
+- Not-a-number: a gold answer spelling NaN is refused (`gold_problem`); an answer spelling
+  NaN is "wrong". Exact text equality is not taken as correctness for `nan` or `inf`
+  spellings; `inf`/`\\infty` go to math-verify, which treats them as infinity.
+- Huge numbers: an answer whose numbers would have more than size.MAX_DIGITS digits
+  (`10^{10^{10}}`, `1000000!`, towers of exponents) scores 0 with status "refused" at once,
+  instead of running into the timeout (see size.py for the estimate and its measurements).
+
 math-verify is called with `parse(..., parsing_timeout=None)` and
 `verify(..., timeout_seconds=None)`: its own SIGALRM timeouts refuse to run off the main
 thread. Answers and gold are wrapped in `\\boxed{}` before parsing, which makes math-verify
@@ -25,17 +38,30 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass
 
-from openrlhf_speed.rewards.extract import MAX_ANSWER_CHARS, extract_answer, normalize_gold, parse_plain_number
+from openrlhf_speed.rewards.extract import (
+    MAX_ANSWER_CHARS,
+    canonical_decimal,
+    extract_answer,
+    is_nan_text,
+    normalize_gold,
+    parse_plain_number,
+)
 from openrlhf_speed.rewards.pool import WorkerPool
+from openrlhf_speed.rewards.size import size_problem
 
 logger = logging.getLogger(__name__)
 
-STATUSES = ("correct", "wrong", "no_answer", "timeout", "error")
+# "timeout" and "refused" (too large to verify, see size.py) score 0 like "wrong" and are
+# counted apart; "error" means the reward could not be computed (see reward_func.py).
+STATUSES = ("correct", "wrong", "no_answer", "timeout", "refused", "error")
 ENV_TIMEOUT = "OPENRLHF_SPEED_REWARD_TIMEOUT"
 ENV_WORKERS = "OPENRLHF_SPEED_REWARD_WORKERS"
+# Gold answers that spell infinity: equal text is not enough, math-verify decides.
+_INF_RE = re.compile(r"inf|\\infty|\boo\b", re.I)
 # A response longer than this is not scanned at all (status "error"): extraction is linear,
 # but a multi-megabyte generation is already broken and not worth the time.
 MAX_RESPONSE_CHARS = 2_000_000
@@ -176,9 +202,10 @@ def _score(response, gold, timeout_s, pool) -> RewardResult:
         return RewardResult(0.0, "error", detail=f"response is {type(response).__name__}, not str")
     if len(response) > MAX_RESPONSE_CHARS:
         return RewardResult(0.0, "error", detail=f"response longer than {MAX_RESPONSE_CHARS} chars")
+    problem = gold_problem(gold)
+    if problem is not None:
+        return RewardResult(0.0, "error", detail=f"unusable gold label: {problem}")
     gold_text = normalize_gold(gold)
-    if gold_text is None or len(gold_text) > MAX_ANSWER_CHARS:
-        return RewardResult(0.0, "error", detail=f"unusable gold label of type {type(gold).__name__}")
     answer = extract_answer(response)
     if answer is None:
         return RewardResult(0.0, "no_answer")
@@ -189,9 +216,11 @@ def compare_answers(
     answer: str, gold: str, *, timeout_s: float | None = None, pool: WorkerPool | None = None
 ) -> RewardResult:
     """Compare an extracted answer with a normalised gold answer (not counted)."""
-    if len(answer) > MAX_ANSWER_CHARS:  # no gold answer is this long; spare the worker
-        return RewardResult(0.0, "wrong", answer[:80] + "...", detail="answer too long")
-    if answer.strip() == gold.strip():
+    if is_nan_text(answer):
+        return RewardResult(0.0, "wrong", answer, detail="not a number")
+    if len(answer) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return _compare_long(answer, gold)
+    if answer.strip() == gold.strip() and not _INF_RE.search(gold):
         return RewardResult(1.0, "correct", answer)
     a, g = parse_plain_number(answer), parse_plain_number(gold)
     if a is not None and g is not None:
@@ -199,6 +228,9 @@ def compare_answers(
             return RewardResult(1.0, "correct", answer)
         if a.denominator == 1 and g.denominator == 1:
             return RewardResult(0.0, "wrong", answer)
+    problem = size_problem(answer)
+    if problem is not None:
+        return RewardResult(0.0, "refused", answer[:80], detail=f"answer {problem}")
     if timeout_s is None:
         timeout_s = default_config().timeout_s
     outcome = (pool or default_pool()).call(_verify_task, answer, gold, timeout_s=timeout_s)
@@ -207,6 +239,30 @@ def compare_answers(
     if outcome.value == "unparsable_gold":
         return RewardResult(0.0, "error", answer, detail=f"math-verify cannot parse gold {gold[:80]!r}")
     return RewardResult(1.0 if outcome.value == "correct" else 0.0, outcome.value, answer)
+
+
+def _compare_long(answer: str, gold: str) -> RewardResult:
+    """Either side longer than MAX_ANSWER_CHARS: exact comparison of plain decimals only;
+    other long text is never given to math-verify (see the module docstring)."""
+    a, g = canonical_decimal(answer), canonical_decimal(gold)
+    shown = answer if len(answer) <= 80 else answer[:80] + "..."
+    if a is not None and g is not None:
+        return RewardResult(1.0 if a == g else 0.0, "correct" if a == g else "wrong", shown)
+    return RewardResult(0.0, "wrong", shown, detail="long answer that is not a plain number")
+
+
+def gold_problem(label) -> str | None:
+    """Why `label` cannot serve as a gold answer, or None. Cheap (linear): the data loader
+    can call it on every row to refuse a dataset up front, naming the row."""
+    gold = normalize_gold(label)
+    if gold is None:
+        return f"empty or of type {type(label).__name__}"
+    if is_nan_text(gold):
+        return f"{gold!r} is not a number"
+    if len(gold) > MAX_ANSWER_CHARS and canonical_decimal(gold) is None:
+        return f"{len(gold)} characters and not a plain number (math-verify is given at most {MAX_ANSWER_CHARS})"
+    problem = size_problem(gold) if len(gold) <= MAX_ANSWER_CHARS else None
+    return None if problem is None else f"{gold[:80]!r} {problem}"
 
 
 # -- worker side (runs in the pool's processes) --------------------------------------------

@@ -15,8 +15,12 @@ assistant-turn marker, else after the prompt's last 64 characters; trailing spec
 (`<|im_end|>`, `</s>`, `<|endoftext|>`, ...) are removed. A query where none applies
 scores 0 with status "error" and a warning, never the whole query.
 
-extra_logs carries per-sample 0.0/1.0 indicators `reward_timeout`, `reward_error`,
-`reward_no_answer` for the trainer to average into metrics, and `reward_time` (seconds).
+extra_logs carries per-sample 0.0/1.0 indicators `reward_timeout`, `reward_refused`,
+`reward_error`, `reward_no_answer` for the trainer to average into metrics, and
+`reward_time` (seconds). `reward_error` = 1 means no reward could be computed (worker died,
+unusable gold, response not found in the query): the reward 0.0 returned with it is a
+placeholder, and the SPEED driver regenerates such responses instead of training on them
+(rollout/reward_guard.py).
 
 Environment (see math_reward.py): OPENRLHF_SPEED_REWARD_TIMEOUT (seconds per math-verify
 call, default 5), OPENRLHF_SPEED_REWARD_WORKERS (worker processes, default 2). They are
@@ -40,7 +44,12 @@ from openrlhf_speed.rewards.extract import split_response  # noqa: E402
 from openrlhf_speed.rewards.math_reward import COUNTERS, RewardResult, default_config, math_reward  # noqa: E402
 
 logger = logging.getLogger(__name__)
-EXTRA_LOG_STATUSES = {"reward_timeout": "timeout", "reward_error": "error", "reward_no_answer": "no_answer"}
+EXTRA_LOG_STATUSES = {
+    "reward_timeout": "timeout",
+    "reward_refused": "refused",
+    "reward_error": "error",
+    "reward_no_answer": "no_answer",
+}
 _warned_unsplit = False
 
 default_config()  # fail fast on malformed OPENRLHF_SPEED_REWARD_* values

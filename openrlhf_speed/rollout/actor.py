@@ -1,4 +1,5 @@
-"""Our policy actor: OpenRLHF's `PolicyModelActor` plus weight fingerprints; and the switch
+"""Our policy actor: OpenRLHF's `PolicyModelActor` plus weight fingerprints and the
+non-finite guard (finite_guard.py); and the switch
 between that DeepSpeed actor and the Megatron-Core one (`--backend`).
 
 `openrlhf.cli.train_ppo_ray` imports `PolicyModelActor` / `ReferenceModelActor` by name when
@@ -12,14 +13,20 @@ import deepspeed
 import ray
 from openrlhf.trainer.ray import ppo_actor
 
-from openrlhf_speed.backends.placement import log_placement
 from openrlhf_speed.backends.fingerprints import fingerprints
+from openrlhf_speed.backends.placement import log_placement
+from openrlhf_speed.rollout import finite_guard
 
 
 class SpeedPolicyActor(ppo_actor.PolicyModelActor.__ray_actor_class__):
     def __init__(self, world_size, rank, master_addr, master_port):
         super().__init__(world_size, rank, master_addr, master_port)
         log_placement(f"actor rank {rank}/{world_size}")
+
+    def init_model_from_pretrained(self, strategy, *args, **kwargs):
+        result = super().init_model_from_pretrained(strategy, *args, **kwargs)
+        finite_guard.install(strategy)  # NaN/inf loss or gradients stop the run (finite_guard.py)
+        return result
 
     def weight_fingerprints(self):
         """Fingerprints of the full (ZeRO-3 gathered) parameters, on every rank."""

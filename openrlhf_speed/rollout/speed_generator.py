@@ -18,7 +18,11 @@ reuses its conversion of an engine response into an `Experience`. Per request:
   correction, `--algo.advantage.is_correction_level`, applies to these samples unchanged).
 
 The rewards come from OpenRLHF's own reward path inside the engine actors (the function
-given by `--reward.remote_url`), so scoring overlaps generation.
+given by `--reward.remote_url`), so scoring overlaps generation. A response whose reward
+could not be computed (the function raised, returned NaN/inf, or reported status "error")
+never reaches the scheduler: it is counted (`reward/errors`) and regenerated on the same
+engine; too many such failures stop the run (rewards/guard.py: the decision, its reasons
+and the limits `--speed.reward_retries`, `--speed.reward_max_error_rate`).
 
 `timing_parts/curriculum_overhead`: seconds this driver spent in its own code during the step
 (scheduler calls, dispatch bookkeeping, trace writes, the progress bar), i.e. everything
@@ -27,6 +31,7 @@ generator does too. Drain time of the previous weight sync is included.
 """
 
 import json
+import math
 import time
 from typing import Dict, List, Optional
 
@@ -37,6 +42,7 @@ from tqdm import tqdm
 from vllm import SamplingParams
 
 from openrlhf_speed.curriculum import Response, Scheduler, SpeedConfig
+from openrlhf_speed.rewards.guard import DEFAULT_MAX_ERROR_RATE, DEFAULT_RETRIES, RewardGuard, invalid_reason
 
 
 class EngineDiedError(RuntimeError):
@@ -52,7 +58,13 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self.labels: List[str] = dataset.labels
         self.scheduler = Scheduler(num_prompts=len(self.prompts), config=config)
         self.policy_version = 0
-        self._pending: Dict = {}  # ray ref -> (Request, engine index, policy version)
+        # ray ref -> (Request, engine index, policy version, valid Responses kept, regeneration round)
+        self._pending: Dict = {}
+        speed_args = getattr(self.args, "speed", None)
+        self.reward_guard = RewardGuard(
+            max_error_rate=getattr(speed_args, "reward_max_error_rate", DEFAULT_MAX_ERROR_RATE),
+            retries=getattr(speed_args, "reward_retries", DEFAULT_RETRIES),
+        )
         self._engine_load = [0] * len(self.vllm_engines)  # responses outstanding per engine
         self._trace = open(trace_path, "a") if trace_path else None
         self.last_metrics: dict = {}
@@ -81,6 +93,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self.last_metrics = dict(batch.metrics)
         self.last_metrics["timing_parts/curriculum_wait"] = time.time() - t0
         self.last_metrics["timing_parts/curriculum_overhead"] = self._overhead_s
+        self.last_metrics.update(self.reward_guard.pop_metrics())
         self._overhead_s = 0.0
         if batch.starvation_warning:
             print(f"[openrlhf-speed] WARNING {batch.starvation_warning}", flush=True)
@@ -134,10 +147,13 @@ class SpeedSamplesGenerator(SamplesGenerator):
             logprobs=1 if self.args.algo.advantage.is_correction_level != "off" else None,
         )
 
-    def _dispatch(self, request, kwargs) -> None:
-        if request.engine_hint is not None:
+    def _dispatch(self, request, kwargs, engine=None, n=None, kept=(), attempt=0) -> None:
+        """Send `request` (or, for a regeneration, `n` of its responses with `kept` the valid
+        ones so far) to an engine."""
+        n = request.n if n is None else n
+        if engine is None and request.engine_hint is not None:
             engine = request.engine_hint
-        else:
+        elif engine is None:
             engine = min(range(len(self.vllm_engines)), key=lambda i: (self._engine_load[i], i))
         ref = self.vllm_engines[engine].generate_responses.remote(
             prompt=self.prompts[request.prompt_index],
@@ -145,11 +161,13 @@ class SpeedSamplesGenerator(SamplesGenerator):
             sampling_params=self._sampling_params(kwargs),
             max_length=kwargs.get("max_len", 2048),
             hf_tokenizer=self.tokenizer,
-            num_samples=request.n,
+            num_samples=n,
         )
-        self._pending[ref] = (request, engine, self.policy_version)
-        self._engine_load[engine] += request.n
-        if request.phase != "continue":
+        self._pending[ref] = (request, engine, self.policy_version, list(kept), attempt)
+        self._engine_load[engine] += n
+        if attempt:
+            self._log("regenerate", prompt=request.prompt_index, phase=request.phase, n=n, attempt=attempt)
+        elif request.phase != "continue":
             self._log("start", prompt=request.prompt_index, epoch=request.epoch, phase=request.phase, engine=engine)
 
     def _collect(self, kwargs) -> None:
@@ -158,8 +176,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         if rest:
             ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         for ref in ready:
-            request, engine, version = self._pending.pop(ref)
-            self._engine_load[engine] -= request.n
+            request, engine, version, kept, attempt = self._pending.pop(ref)
             try:
                 outputs = ray.get(ref)  # done already: ray.wait returned it
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
@@ -168,21 +185,35 @@ class SpeedSamplesGenerator(SamplesGenerator):
                     f"{request.prompt_index} ({request.phase}); see the engine's log above. Checkpoints hold the "
                     "curriculum state: resume with --ckpt.load_enable after fixing the cause."
                 ) from e
+            self._engine_load[engine] -= len(outputs)
             experiences = [self._process_response_into_experience(o, **kwargs) for o in outputs]
             t0 = time.perf_counter()
-            responses = [self._to_response(e, version) for e in experiences]
-            self._log("scored", prompt=request.prompt_index, phase=request.phase, rewards=[r.reward for r in responses])
-            self.scheduler.submit(request.request_id, responses, engine=engine)
+            self._take_scored(request, engine, version, kept, attempt, experiences, kwargs)
             self._overhead_s += time.perf_counter() - t0
+
+    def _take_scored(self, request, engine, version, kept, attempt, experiences, kwargs) -> None:
+        """Valid responses join `kept`; invalid ones are counted and regenerated (see
+        rewards/guard.py). The scheduler sees the request once all N are valid."""
+        responses = [self._to_response(e, version) for e in experiences]
+        reasons = [invalid_reason(e.rewards, e.info) for e in experiences]
+        self._log("scored", prompt=request.prompt_index, phase=request.phase, rewards=[r.reward for r in responses],
+                  invalid=[r for r in reasons if r is not None])
+        self.reward_guard.observe(reasons, [e.info for e in experiences])
+        self.reward_guard.check(request.prompt_index, attempt, reasons, self.labels[request.prompt_index])
+        kept = kept + [r for r, why in zip(responses, reasons) if why is None]
+        missing = request.n - len(kept)
+        if missing > 0:
+            self.reward_guard.count_regenerated(missing)
+            self._dispatch(request, kwargs, engine=engine, n=missing, kept=kept, attempt=attempt + 1)
+            return
+        self.scheduler.submit(request.request_id, kept, engine=engine)
 
     @staticmethod
     def _to_response(experience, version: int) -> Response:
-        if experience.rewards is None:  # the reward function raised: OpenRLHF logged it
-            experience.rewards = torch.tensor([0.0])
-            experience.scores = torch.tensor([0.0])
-            experience.info["reward"] = torch.tensor([0.0])
+        # rewards None: the reward function raised (OpenRLHF logged it at info level). NaN
+        # marks it here for the trace; such a response is regenerated, never submitted.
         return Response(
-            reward=float(experience.rewards[0]),
+            reward=math.nan if experience.rewards is None else float(experience.rewards[0]),
             num_tokens=int(experience.response_length[0]),
             policy_version=version,
             payload=experience,
@@ -192,7 +223,8 @@ class SpeedSamplesGenerator(SamplesGenerator):
     def state_dict(self) -> dict:
         if self._pending:
             raise RuntimeError("state_dict() with requests in flight: call drain() first")
-        return {"scheduler": self.scheduler.state_dict(), "policy_version": self.policy_version}
+        return {"scheduler": self.scheduler.state_dict(), "policy_version": self.policy_version,
+                "reward_guard": self.reward_guard.state_dict()}
 
     def log_saved(self, global_step: int, state: dict) -> None:
         sched = state["scheduler"]
@@ -202,6 +234,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
     def load_state_dict(self, state: dict) -> None:
         self.scheduler.load_state_dict(state["scheduler"])
         self.policy_version = state["policy_version"]
+        self.reward_guard.load_state_dict(state.get("reward_guard", {}))  # absent in older checkpoints
         sched = state["scheduler"]
         self._log("restore", buffer=[s["prompt_index"] for s in sched["ready"]],
                   inflight=[s["prompt_index"] for s in sched["inflight"]])

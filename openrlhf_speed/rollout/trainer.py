@@ -16,6 +16,13 @@ The reward is computed inside the vLLM engine actors as each response finishes, 
 overlaps generation; `timing_parts/reward` is the reward function's own time summed over the
 batch's samples and `timing/generation` still contains it.
 
+Rewards: before the experience is made, every sample's reward must be present and finite
+(`_check_rewards`); otherwise the run stops there, before advantages or an optimizer step.
+With SPEED this cannot trigger (the driver regenerates such responses, rewards/guard.py,
+and reports `reward/*` metrics); it covers `--speed.strategy off`, where OpenRLHF's own
+generator passes rewards through. Without SPEED, `reward/timeouts`, `reward/refused` and
+`reward/errors` are counted over the trained samples from the reward function's flags.
+
 Run log (`--log.jsonl`): one line per step and per evaluation. `train_wall_s` is the
 training clock the paper reports: wall-clock since `fit` started, minus evaluation and
 checkpointing. `eval_accuracy` is the mean reward over all evaluation samples (pass@1
@@ -31,8 +38,26 @@ import ray
 import torch
 
 from openrlhf_speed.backends.fingerprints import compare
+from openrlhf_speed.rewards.guard import RewardError, invalid_reason
 from openrlhf_speed.rollout.checkpoint import atomic_save, curriculum_state_path, saved_steps
 from openrlhf_speed.rollout.speed_config import speed_config
+
+
+def _check_rewards(rollout_samples, global_step: int) -> dict:
+    """Raise RewardError when a sample's reward is missing or not finite; else the
+    `reward/*` counts of the samples' flags (reward_timeout, reward_refused, reward_error)."""
+    bad = [(i, why) for i, s in enumerate(rollout_samples) if (why := invalid_reason(s.rewards)) is not None]
+    if bad:
+        raise RewardError(
+            f"{len(bad)} of {len(rollout_samples)} samples of training step {global_step} have a reward that is "
+            f"missing (the reward function raised) or not finite, first: sample {bad[0][0]} ({bad[0][1]}). "
+            "Training on them would corrupt the advantages; fix the reward function (OpenRLHF logs its "
+            "exceptions at INFO level), or use the SPEED driver, which regenerates such responses."
+        )
+    counts = {}
+    for key, name in (("reward_timeout", "timeouts"), ("reward_refused", "refused"), ("reward_error", "errors")):
+        counts[f"reward/{name}"] = sum(float(s.info[key].sum()) for s in rollout_samples if key in s.info)
+    return counts
 
 
 def step_line(step: int, status: dict) -> str:
@@ -50,6 +75,9 @@ def step_line(step: int, status: dict) -> str:
     ):
         if key in status:
             parts.append(f"{label} {fmt.format(status[key])}")
+    if status.get("reward/errors") or status.get("reward/timeouts") or status.get("reward/refused"):
+        parts.append("reward errors {:.0f} timeouts {:.0f} refused {:.0f}".format(
+            *(status.get(f"reward/{k}", 0) for k in ("errors", "timeouts", "refused"))))
     timings = [
         ("generation", "timing/generation"),
         ("reward", "timing_parts/reward"),
@@ -143,7 +171,11 @@ def make_trainer_class(upstream_actor_class):
 
         def train_step(self, rollout_samples, global_step):
             reward_time = sum(float(s.info["reward_time"].sum()) for s in rollout_samples if "reward_time" in s.info)
+            # A reward model scores later, inside the experience maker: nothing to check yet.
+            reward_counts = {} if self.args.reward.model_name_or_path else _check_rewards(rollout_samples, global_step)
             status, step = super().train_step(rollout_samples, global_step)
+            if not self.speed:  # SPEED reports reward/* over every scored response instead
+                status.update(reward_counts)
             status["timing_parts/reward"] = reward_time
             status["timing_parts/drain"] = self._drain_time
             if self.speed:

@@ -67,3 +67,22 @@ def test_make_optimizer_exempts_biases_and_norms_from_decay():
     assert decay["weight_decay"] == 0.1 and [p.shape for p in decay["params"]] == [torch.Size([2, 2])]
     assert no_decay["weight_decay"] == 0.0 and len(no_decay["params"]) == 3  # bias, norm weight, norm bias
     assert isinstance(make_optimizer(model, 1e-3, (0.9, 0.95), 1e-8, 0.1, master_weights=True), MasterWeightsAdamW)
+
+
+def test_all_finite_checks_losses_and_gradients():
+    from openrlhf_speed.backends.megatron.train_utils import all_finite
+
+    model = torch.nn.Linear(2, 1)
+    model(torch.ones(1, 2)).sum().backward()
+    assert all_finite(model, torch.tensor([0.5, 1.0]))
+    assert not all_finite(model, torch.tensor([0.5, float("nan")]))
+    model.weight.grad[0, 1] = float("inf")
+    assert not all_finite(model, torch.tensor([0.5]))
+    # bf16 parameters with fp32 master gradients: `main_grad` is the one checked.
+    param = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
+    opt = MasterWeightsAdamW([{"params": [param], "weight_decay": 0.0}], lr=1e-3)
+    (param * float("nan")).sum().backward()
+    holder = torch.nn.Module()
+    holder.p = param
+    assert param.grad is None and not all_finite(holder, torch.tensor([0.0]))
+    opt.zero_grad()

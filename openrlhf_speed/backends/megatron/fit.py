@@ -13,6 +13,12 @@ The same optimisation as OpenRLHF's DeepSpeed actor, step for step:
 The order of micro-batches is shuffled with a seed every rank shares (a replica's ranks must
 see the same micro-batch at the same time; OpenRLHF shuffles only without model parallelism).
 
+Non-finite guard: before each optimizer step every rank checks the window's losses and its
+gradients (`train_utils.all_finite`, one collective verdict). A NaN or inf anywhere skips
+that optimizer step and its LR-scheduler step on all ranks (the gradients are dropped) and
+is counted in `actor_nonfinite_steps_skipped`; the window's losses still enter the averaged
+status, so a NaN shows in `policy_loss` instead of being hidden.
+
 Returned status: OpenRLHF's keys (`policy_loss`, `actor_lr`, `actor_grad_norm`, `kl`,
 `entropy_loss`, `ppo_clip_ratio`, `ppo_kl`, and the experiences' `info` such as `reward`
 and `response_length`), averaged over the DP group. One departure: `policy_loss`, `kl` and
@@ -26,6 +32,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from . import actor_ops
+from .train_utils import all_finite
 
 
 def _window_loss_info(window, dp_group, gas: int) -> dict:
@@ -109,6 +116,7 @@ def run_fit(actor, kl_ctl: float) -> dict:
     buffer = actor.replay_buffer
     generator = torch.Generator().manual_seed(args.train.seed * 1000 + actor._fits)
     metrics = _Metrics()
+    skipped = 0  # optimizer steps skipped by the non-finite guard
     for _ in range(args.train.max_epochs):
         loader = DataLoader(buffer, batch_size=buffer.sample_batch_size, shuffle=True, generator=generator,
                             drop_last=True, collate_fn=buffer.collate_fn)
@@ -117,14 +125,24 @@ def run_fit(actor, kl_ctl: float) -> dict:
             window = [exp.to_device(device) for exp in batches[start : start + gas]]
             info = _window_loss_info(window, dp_group, gas)
             actor.optimizer.zero_grad(set_to_none=True)
-            window_sums = {}
+            window_sums, losses = {}, []
             for experience in window:
                 stats = actor_ops.forward_backward(actor.model, experience, actor.loss_fn, cfg, info, 1.0 / gas)
+                losses.append(stats[0])
                 _record(metrics, window_sums, dict(zip(names, stats.tolist())), experience, gas)
             for key, value in window_sums.items():
                 metrics.add(key, value, 1.0)
-            norm = actor_ops.optimizer_step(actor.model, actor.optimizer, cfg.max_norm, dp_group)
             metrics.last["actor_lr"] = actor.scheduler.get_last_lr()[0]
+            if not all_finite(actor.model, torch.stack(losses)):
+                actor.optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                metrics.last["actor_grad_norm"] = float("nan")
+                continue
+            norm = actor_ops.optimizer_step(actor.model, actor.optimizer, cfg.max_norm, dp_group)
             actor.scheduler.step()
             metrics.last["actor_grad_norm"] = norm
+    metrics.last["actor_nonfinite_steps_skipped"] = float(skipped)
+    if skipped:
+        print(f"[openrlhf-speed] WARNING: {skipped} optimizer step(s) skipped this training step: non-finite "
+              "loss or gradients (see actor_nonfinite_steps_skipped)", flush=True)
     return metrics.reduced(dp_group)

@@ -10,6 +10,10 @@ Megatron's `finalize_model_grads` would otherwise do is here instead:
   the same step.
 - `grad_norm`: the global L2 norm over TP x PP, counting TP-replicated parameters (norms)
   once and the last stage's tied copy not at all (the same rule as Megatron's clip_grads).
+- `all_finite`: the non-finite guard: one collective verdict over every rank, so a NaN or
+  inf loss or gradient on any rank skips the optimizer step on all of them (Megatron's own
+  optimizer skips such an iteration too; a clip test `coef < 1.0` is False for NaN and
+  would let it through).
 Data parallelism (gradient all-reduce over the DP group) is the caller's.
 """
 
@@ -38,6 +42,20 @@ def allreduce_tied_embedding_grads(model) -> None:
         else:
             weight.grad = torch.zeros_like(weight)
     dist.all_reduce(grad_of(weight), group=ps.get_embedding_group())
+
+
+def all_finite(model, losses, group=None) -> bool:
+    """True when `losses` (a tensor) and every local gradient are finite on every rank of
+    `group` (default: the whole actor world). Collective: all ranks must call it."""
+    local = bool(torch.isfinite(losses).all())
+    for param in model.parameters():
+        grad = grad_of(param)
+        if local and grad is not None:
+            local = bool(torch.isfinite(grad).all())
+    bad = torch.tensor([0.0 if local else 1.0], device=next(model.parameters()).device)
+    if dist.is_initialized():
+        dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=group)
+    return bad.item() == 0.0
 
 
 def grad_norm(model) -> float:
