@@ -21,6 +21,10 @@ import dataclasses
 import math
 from typing import Optional
 
+# See SpeedConfig.max_staleness: pre-fetched work (1 version old after the weight sync)
+# plus one more step in the buffer.
+DEFAULT_MAX_STALENESS = 2
+
 # Field name -> command-line flag, used in every validation and starvation message.
 FLAGS = {
     "n_samples_per_prompt": "--rollout.n_samples_per_prompt",
@@ -36,6 +40,7 @@ FLAGS = {
     "correct_threshold": "--speed.correct_threshold",
     "max_screened_per_batch": "--speed.max_screened_per_batch",
     "warn_qualification_rate": "--speed.warn_qualification_rate",
+    "max_staleness": "--speed.max_staleness",
     "explore_floor": "--speed.explore_floor",
     "posterior_decay": "--speed.posterior_decay",
     "greso_p_init": "--speed.greso_p_init",
@@ -52,6 +57,7 @@ RESUMABLE_CHANGES = (
     "num_epochs",
     "max_screened_per_batch",
     "warn_qualification_rate",
+    "max_staleness",
     "max_inflight_prompts",
     "buffer_size",
     "pass_rate_low",
@@ -87,6 +93,10 @@ class SpeedConfig:
     max_screened_per_batch: raise StarvationError when more prompts than this were
         screened since the last batch and the next batch is still not full. None: no limit.
     warn_qualification_rate: warn when a batch window's qualification rate is below this.
+    max_staleness: the oldest screening samples (in policy versions) a trained group may
+        hold; older groups are screened again (see `staleness.py`). 0: strictly on-policy.
+        Default 2: a batch pre-fetched during one step and waiting one more in the buffer
+        still trains, so pre-fetching stays useful.
 
     History-based strategies (`history_strategies.py`; None = the strategy's default):
     explore_floor: least probability that a prompt the history says to skip is started
@@ -117,6 +127,7 @@ class SpeedConfig:
     correct_threshold: float = 0.5
     max_screened_per_batch: Optional[int] = None
     warn_qualification_rate: float = 0.1
+    max_staleness: int = DEFAULT_MAX_STALENESS
     explore_floor: Optional[float] = None
     posterior_decay: Optional[float] = None
     greso_p_init: float = 0.5
@@ -191,6 +202,8 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
         errors.append(
             f"{f['warn_qualification_rate']} ({cfg.warn_qualification_rate}) must be in [0, 1]"
         )
+    if cfg.max_staleness < 0:
+        errors.append(f"{f['max_staleness']} ({cfg.max_staleness}) must be >= 0 (0: strictly on-policy)")
     for field, low, high, closed_low in _HISTORY_RANGES:
         value = getattr(cfg, field)
         if value is not None and not (low <= value <= high and (closed_low or value > low)):
