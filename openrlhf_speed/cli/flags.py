@@ -155,6 +155,15 @@ def add_speed_arguments(parser) -> None:
     g.add_argument("--speed.bayes_admit_confidence", type=float, default=0.9,
                    help="speed_bayes: request all N responses at once, without screening, when the posterior "
                    "predictive probability that the full group is inside the band is at least this")
+    g.add_argument("--speed.max_staleness", type=int, default=None,
+                   help="oldest screening samples, in policy versions (weight syncs), a trained group may hold; an "
+                   "older group is not trained, its prompt is screened again (counted: speed/prompts_rescreened_stale). "
+                   "0: strictly on-policy (pre-fetched work is re-screened after every sync). Default: 2")
+    g.add_argument("--speed.is_correction", type=str, default="auto", choices=["auto", "off"],
+                   help="auto: when --speed.max_staleness > 0 lets stale samples train and "
+                   "--algo.advantage.is_correction_level is off, turn on OpenRLHF's importance-sampling correction "
+                   "(token level, mask mode: weights pi_current / pi_rollout from the engine's log-probs); off: leave "
+                   "the --algo.advantage.is_correction_* flags as given")
     g.add_argument("--speed.trace_path", type=str, default=None,
                    help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
 
@@ -181,6 +190,7 @@ def speed_config(args):
         correct_threshold=s.correct_threshold,
         max_screened_per_batch=s.max_screened_per_batch,
         warn_qualification_rate=s.warn_qualification_rate,
+        **({} if getattr(s, "max_staleness", None) is None else {"max_staleness": s.max_staleness}),
         explore_floor=s.explore_floor,
         posterior_decay=s.posterior_decay,
         greso_p_init=s.greso_p_init,
@@ -218,6 +228,41 @@ def _validate_speed(args) -> None:
                         "or use --speed.strategy off.")
     if args.train.max_steps is not None and args.train.max_steps < 1:
         raise FlagError(f"--train.max_steps ({args.train.max_steps}) must be >= 1")
+
+
+def _check_ranges(args) -> None:
+    """Value flags out of range (negative temperatures, batch sizes, ...): one line each."""
+    from openrlhf_speed.cli.preflight import range_errors
+
+    errors = range_errors(args)
+    if errors:
+        raise FlagError("\nopenrlhf-speed train: error: ".join(errors))
+
+
+def _check_inputs(args) -> None:
+    """The datasets and the reward file, read in the driver before anything starts."""
+    from openrlhf_speed.cli.preflight import input_errors
+
+    errors = input_errors(args)
+    if errors:
+        raise FlagError("\nopenrlhf-speed train: error: ".join(errors))
+
+
+def _staleness_correction(args, cfg) -> list:
+    """`--speed.is_correction auto`: stale samples train with OpenRLHF's IS correction.
+    OpenRLHF's correction weighs every token by pi_current / pi_rollout (old_log_probs from
+    the actor at training time, rollout_log_probs from the engine that sampled it); for
+    on-policy samples that is the engine/actor numerics ratio (~1), for a sample k versions
+    old it is the off-policy weight. With it on, create_vllm_engines asks the engines for
+    processed log-probs and the SPEED driver requests them (speed_generator._sampling_params)."""
+    adv = args.algo.advantage
+    if args.speed.is_correction == "off" or cfg.max_staleness == 0 or adv.is_correction_level != "off":
+        return []
+    adv.is_correction_level = "token"
+    return [f"--speed.max_staleness {cfg.max_staleness} lets screening samples up to {cfg.max_staleness} policy "
+            "versions old train: --algo.advantage.is_correction_level off -> token (OpenRLHF's importance-sampling "
+            f"correction, mode {adv.is_correction_mode}, bounds {adv.is_correction_threshold}); "
+            "--speed.is_correction off keeps it off"]
 
 
 def _reward_func_path() -> str:
@@ -334,6 +379,7 @@ def _jsonable(ns):
 def prepare(args) -> None:
     from openrlhf_speed.models import ModelNotFoundError
 
+    _check_ranges(args)
     try:
         notes = _resolve_defaults(args)
     except ModelNotFoundError as e:
@@ -345,6 +391,10 @@ def prepare(args) -> None:
         # real run on this CPU machine would change is only reported.
         notes.append("dry run on a machine without CUDA: CPU adaptations (gloo sync, sdpa, refusals) not applied")
     _validate_speed(args)
+    _check_inputs(args)
+    from openrlhf_speed.cli.preflight import optimizer_steps, optimizer_steps_note
+
+    notes.append(optimizer_steps_note(args))
     from openrlhf_speed.cli.megatron_flags import prepare_backend
 
     notes += prepare_backend(args, cpu=compat.cpu_mode() and not args.dry_run)
@@ -358,7 +408,10 @@ def prepare(args) -> None:
 
         screens = STRATEGIES[cfg.strategy].uses_n_init
         plan["curriculum"] = {"strategy": cfg.strategy, "n_init": cfg.n_init if screens else None,
-                              "max_inflight_prompts": cfg.inflight_limit, "buffer_size": cfg.buffer_limit}
+                              "max_inflight_prompts": cfg.inflight_limit, "buffer_size": cfg.buffer_limit,
+                              "max_staleness": cfg.max_staleness}
+        notes += _staleness_correction(args, cfg)
+    plan["optimizer_steps_per_training_step"] = optimizer_steps(args)
     for note in notes:
         print(f"[openrlhf-speed] {note}", flush=True)
     if args.dry_run:
