@@ -155,10 +155,15 @@ def add_speed_arguments(parser) -> None:
     g.add_argument("--speed.bayes_admit_confidence", type=float, default=0.9,
                    help="speed_bayes: request all N responses at once, without screening, when the posterior "
                    "predictive probability that the full group is inside the band is at least this")
-    g.add_argument("--speed.max_staleness", type=int, default=None,
+    from openrlhf_speed.curriculum.config import DEFAULT_MAX_STALENESS
+
+    # Not SpeedConfig's default (None, the paper's unbounded algorithm): the trainer
+    # pre-fetches across weight syncs, so its default bounds what that lets train.
+    g.add_argument("--speed.max_staleness", type=int, default=DEFAULT_MAX_STALENESS,
                    help="oldest screening samples, in policy versions (weight syncs), a trained group may hold; an "
                    "older group is not trained, its prompt is screened again (counted: speed/prompts_rescreened_stale). "
-                   "0: strictly on-policy (pre-fetched work is re-screened after every sync). Default: 2")
+                   "0: strictly on-policy (pre-fetched work is re-screened after every sync). The paper has no bound. "
+                   f"Default: {DEFAULT_MAX_STALENESS}")
     g.add_argument("--speed.is_correction", type=str, default="auto", choices=["auto", "off"],
                    help="auto: when --speed.max_staleness > 0 lets stale samples train and "
                    "--algo.advantage.is_correction_level is off, turn on OpenRLHF's importance-sampling correction "
@@ -190,7 +195,7 @@ def speed_config(args):
         correct_threshold=s.correct_threshold,
         max_screened_per_batch=s.max_screened_per_batch,
         warn_qualification_rate=s.warn_qualification_rate,
-        **({} if getattr(s, "max_staleness", None) is None else {"max_staleness": s.max_staleness}),
+        max_staleness=s.max_staleness,
         explore_floor=s.explore_floor,
         posterior_decay=s.posterior_decay,
         greso_p_init=s.greso_p_init,

@@ -22,6 +22,7 @@ Metric keys (all floats, prefix `speed/`):
                                    (zero-filled for 0..max_staleness; see staleness.py)
     prompts_rescreened_stale       groups not trained because their screening was older
                                    than max_staleness; their prompts were screened again
+    max_staleness                  the bound; these three only when a bound is set
     staleness_mean / _max          same over all samples of the batch
     accuracy                mean reward of the trained groups (the paper's Fig. 4: ~0.5)
     reason/<reason>         decisions in the window, per reason (skips and admissions of the

@@ -38,7 +38,8 @@ Policies (documented here because the driver and the README rely on them):
   number is `totals()["groups_dropped_at_end"]`.
 - Staleness: responses carry the policy version that generated them; the driver sets
   `policy_version` after each weight sync; batches report the age of screening samples.
-  A group whose screening is older than `max_staleness` versions never trains: its
+  With `max_staleness` set (default None: unbounded, as in the paper; the trainer's flag
+  sets 2), a group whose screening is older than that many versions never trains: its
   prompt is screened again (`staleness.py` says why not dropped), counted as
   `prompts_rescreened_stale`; checked when a group completes and before every batch.
 - History: every scored request updates `history` (`PromptHistory`: a fixed 13 bytes per
@@ -189,9 +190,10 @@ class Scheduler:
             "speed/step": float(self._step),
         })
         metrics.update({f"speed/{k}": float(v) for k, v in self.strategy.metrics().items()})
-        metrics.update(staleness_histogram(groups, self.policy_version, cfg.max_staleness))
-        metrics["speed/prompts_rescreened_stale"] = float(self._window.stale_rescreened)
-        metrics["speed/max_staleness"] = float(cfg.max_staleness)
+        if cfg.max_staleness is not None:  # unbounded ages would make the histogram's keys vary
+            metrics.update(staleness_histogram(groups, self.policy_version, cfg.max_staleness))
+            metrics["speed/prompts_rescreened_stale"] = float(self._window.stale_rescreened)
+            metrics["speed/max_staleness"] = float(cfg.max_staleness)
         warning = starvation_warning(self._window, cfg)
         batch = Batch(self._step, groups, metrics, warning)
         self._step += 1

@@ -5,7 +5,8 @@ Age = policy version at training time - policy version that generated the sample
 driver bumps the version once per weight sync). Screening samples are the oldest of a
 group: its continuation is generated after them, so bounding them bounds the whole group.
 
-A group whose screening is older than `--speed.max_staleness` is never trained. Its prompt
+A group whose screening is older than `--speed.max_staleness` is never trained (the
+trainer's flag defaults to 2; SpeedConfig's field to None, no bound, the paper's algorithm). Its prompt
 is *screened again* with the current policy (all its responses are discarded and counted),
 not dropped. Why re-screen rather than drop: the groups that age past the bound are almost
 all qualified ones waiting in the buffer, the most useful prompts of the epoch; dropping
@@ -40,10 +41,10 @@ def stale_reason(age: int, max_staleness: Optional[int]) -> Optional[str]:
     return None
 
 
-def staleness_histogram(groups: list, policy_version: int, max_staleness: Optional[int]) -> dict:
+def staleness_histogram(groups: list, policy_version: int, max_staleness: int) -> dict:
     """speed/staleness_screen_hist_{age}: trained groups per screening age, zero-filled
-    for 0..max_staleness so logger keys are stable."""
-    hist = {f"speed/staleness_screen_hist_{a}": 0.0 for a in range(0, (max_staleness or 0) + 1)}
+    for 0..max_staleness so logger keys are stable (no group trains older than that)."""
+    hist = {f"speed/staleness_screen_hist_{a}": 0.0 for a in range(max_staleness + 1)}
     for g in groups:
         key = f"speed/staleness_screen_hist_{screening_age(g, policy_version)}"
         hist[key] = hist.get(key, 0.0) + 1.0

@@ -90,3 +90,18 @@ def test_optimizer_steps_per_training_step():
     assert preflight.optimizer_steps(args) == 8  # 4 prompts x 4 samples / 4 x 2 epochs
     assert "WARNING: more than one" in preflight.optimizer_steps_note(args)
     assert "--train.batch_size 16 and --train.max_epochs 1" in preflight.optimizer_steps_note(args)
+
+
+def test_trainer_bounds_staleness_while_the_library_does_not():
+    # SpeedConfig's default is the paper's unbounded algorithm; the trainer's flag bounds
+    # what pre-fetching across weight syncs lets train (curriculum/config.py says why).
+    import argparse
+
+    from openrlhf_speed.cli.flags import add_speed_arguments
+    from openrlhf_speed.curriculum import SpeedConfig
+    from openrlhf_speed.curriculum.config import DEFAULT_MAX_STALENESS
+
+    parser = argparse.ArgumentParser()
+    add_speed_arguments(parser)
+    assert parser.get_default("speed.max_staleness") == DEFAULT_MAX_STALENESS == 2
+    assert SpeedConfig().max_staleness is None
