@@ -163,6 +163,20 @@ def add_speed_arguments(parser) -> None:
     g.add_argument("--speed.bayes_admit_confidence", type=float, default=0.9,
                    help="speed_bayes: request all N responses at once, without screening, when the posterior "
                    "predictive probability that the full group is inside the band is at least this")
+    from openrlhf_speed.curriculum.config import DEFAULT_MAX_STALENESS
+
+    # Not SpeedConfig's default (None, the paper's unbounded algorithm): the trainer
+    # pre-fetches across weight syncs, so its default bounds what that lets train.
+    g.add_argument("--speed.max_staleness", type=int, default=DEFAULT_MAX_STALENESS,
+                   help="oldest screening samples, in policy versions (weight syncs), a trained group may hold; an "
+                   "older group is not trained, its prompt is screened again (counted: speed/prompts_rescreened_stale). "
+                   "0: strictly on-policy (pre-fetched work is re-screened after every sync). The paper has no bound. "
+                   f"Default: {DEFAULT_MAX_STALENESS}")
+    g.add_argument("--speed.is_correction", type=str, default="auto", choices=["auto", "off"],
+                   help="auto: when --speed.max_staleness > 0 lets stale samples train and "
+                   "--algo.advantage.is_correction_level is off, turn on OpenRLHF's importance-sampling correction "
+                   "(token level, mask mode: weights pi_current / pi_rollout from the engine's log-probs); off: leave "
+                   "the --algo.advantage.is_correction_* flags as given")
     g.add_argument("--speed.trace_path", type=str, default=None,
                    help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
 
@@ -193,6 +207,41 @@ def _validate_speed(args) -> None:
                         "or use --speed.strategy off.")
     if args.train.max_steps is not None and args.train.max_steps < 1:
         raise FlagError(f"--train.max_steps ({args.train.max_steps}) must be >= 1")
+
+
+def _check_ranges(args) -> None:
+    """Value flags out of range (negative temperatures, batch sizes, ...): one line each."""
+    from openrlhf_speed.cli.preflight import range_errors
+
+    errors = range_errors(args)
+    if errors:
+        raise FlagError("\nopenrlhf-speed train: error: ".join(errors))
+
+
+def _check_inputs(args) -> None:
+    """The datasets and the reward file, read in the driver before anything starts."""
+    from openrlhf_speed.cli.preflight import input_errors
+
+    errors = input_errors(args)
+    if errors:
+        raise FlagError("\nopenrlhf-speed train: error: ".join(errors))
+
+
+def _staleness_correction(args, cfg) -> list:
+    """`--speed.is_correction auto`: stale samples train with OpenRLHF's IS correction.
+    OpenRLHF's correction weighs every token by pi_current / pi_rollout (old_log_probs from
+    the actor at training time, rollout_log_probs from the engine that sampled it); for
+    on-policy samples that is the engine/actor numerics ratio (~1), for a sample k versions
+    old it is the off-policy weight. With it on, create_vllm_engines asks the engines for
+    processed log-probs and the SPEED driver requests them (speed_generator._sampling_params)."""
+    adv = args.algo.advantage
+    if args.speed.is_correction == "off" or cfg.max_staleness == 0 or adv.is_correction_level != "off":
+        return []
+    adv.is_correction_level = "token"
+    return [f"--speed.max_staleness {cfg.max_staleness} lets screening samples up to {cfg.max_staleness} policy "
+            "versions old train: --algo.advantage.is_correction_level off -> token (OpenRLHF's importance-sampling "
+            f"correction, mode {adv.is_correction_mode}, bounds {adv.is_correction_threshold}); "
+            "--speed.is_correction off keeps it off"]
 
 
 def _reward_func_path() -> str:
@@ -316,6 +365,7 @@ def _jsonable(ns):
 def prepare(args) -> None:
     from openrlhf_speed.models import ModelNotFoundError
 
+    _check_ranges(args)
     try:
         notes = _resolve_defaults(args)
     except ModelNotFoundError as e:
@@ -340,6 +390,10 @@ def prepare(args) -> None:
         notes += _adapt_to_cpu(args) if cpu else []
         notes += resolve_dtypes(args, cpu=cpu)
     _validate_speed(args)
+    _check_inputs(args)
+    from openrlhf_speed.cli.preflight import optimizer_steps, optimizer_steps_note
+
+    notes.append(optimizer_steps_note(args))
     from openrlhf_speed.cli.megatron_flags import megatron_layout, prepare_backend
 
     try:
@@ -355,7 +409,10 @@ def prepare(args) -> None:
 
         screens = STRATEGIES[cfg.strategy].uses_n_init
         plan["curriculum"] = {"strategy": cfg.strategy, "n_init": cfg.n_init if screens else None,
-                              "max_inflight_prompts": cfg.inflight_limit, "buffer_size": cfg.buffer_limit}
+                              "max_inflight_prompts": cfg.inflight_limit, "buffer_size": cfg.buffer_limit,
+                              "max_staleness": cfg.max_staleness}
+        notes += _staleness_correction(args, cfg)
+    plan["optimizer_steps_per_training_step"] = optimizer_steps(args)
     if args.ckpt.load_enable:  # where a rerun continues, said (and checked) before anything starts
         from openrlhf_speed.rollout.checkpoint import ResumeError, resume_point
 

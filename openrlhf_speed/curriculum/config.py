@@ -12,7 +12,9 @@ Departures from the paper (SPEED-RL, arXiv 2506.09016):
   on wrong answers) cannot make an all-wrong screening look mixed;
 - the reference code crashes after a fixed number of generation rounds when too few
   prompts qualify; here that hard limit is optional (`max_screened_per_batch`) and a
-  low qualification rate only warns (`warn_qualification_rate`).
+  low qualification rate only warns (`warn_qualification_rate`);
+- the trainer bounds the age of trained screening samples (`max_staleness`, flag default
+  2); the paper has no bound, and neither has SpeedConfig by default.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Optional
+
+# The trainer's bound (`--speed.max_staleness`'s default; SpeedConfig's own is None, see
+# its docstring): pre-fetched work (1 version old after the weight sync) plus one more
+# step in the buffer.
+DEFAULT_MAX_STALENESS = 2
 
 # Field name -> command-line flag, used in every validation and starvation message.
 FLAGS = {
@@ -36,6 +43,7 @@ FLAGS = {
     "correct_threshold": "--speed.correct_threshold",
     "max_screened_per_batch": "--speed.max_screened_per_batch",
     "warn_qualification_rate": "--speed.warn_qualification_rate",
+    "max_staleness": "--speed.max_staleness",
     "explore_floor": "--speed.explore_floor",
     "posterior_decay": "--speed.posterior_decay",
     "greso_p_init": "--speed.greso_p_init",
@@ -57,6 +65,7 @@ RESUMABLE_CHANGES = (
     "num_epochs",
     "max_screened_per_batch",
     "warn_qualification_rate",
+    "max_staleness",
     "max_inflight_prompts",
     "buffer_size",
     "pass_rate_low",
@@ -92,6 +101,13 @@ class SpeedConfig:
     max_screened_per_batch: raise StarvationError when more prompts than this were
         screened since the last batch and the next batch is still not full. None: no limit.
     warn_qualification_rate: warn when a batch window's qualification rate is below this.
+    max_staleness: the oldest screening samples (in policy versions) a trained group may
+        hold; older groups are screened again (see `staleness.py`). 0: strictly on-policy.
+        Default None, no bound: the paper's algorithm, which the pure scheduler, the
+        simulator and the Theorem 4.1 tests reproduce. The trainer's flag defaults to 2
+        (DEFAULT_MAX_STALENESS) instead, because its pre-fetching runs ahead of training
+        while the weights change: 2 lets a batch pre-fetched during one step and waiting
+        one more in the buffer train, so pre-fetching stays useful, and bounds the rest.
 
     History-based strategies (`history_strategies.py`; None = the strategy's default):
     explore_floor: least probability that a prompt the history says to skip is started
@@ -122,6 +138,7 @@ class SpeedConfig:
     correct_threshold: float = 0.5
     max_screened_per_batch: Optional[int] = None
     warn_qualification_rate: float = 0.1
+    max_staleness: Optional[int] = None  # the trainer's flag: DEFAULT_MAX_STALENESS
     explore_floor: Optional[float] = None
     posterior_decay: Optional[float] = None
     greso_p_init: float = 0.5
@@ -193,6 +210,8 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
         errors.append(
             f"{f['warn_qualification_rate']} ({cfg.warn_qualification_rate}) must be in [0, 1]"
         )
+    if cfg.max_staleness is not None and cfg.max_staleness < 0:
+        errors.append(f"{f['max_staleness']} ({cfg.max_staleness}) must be >= 0 (0: strictly on-policy)")
     for field, low, high, closed_low in _HISTORY_RANGES:
         value = getattr(cfg, field)
         if value is not None and not (low <= value <= high and (closed_low or value > low)):

@@ -18,6 +18,11 @@ Metric keys (all floats, prefix `speed/`):
                             generated in the window; useful_token_share_cum over the run
     buffer_size, inflight_prompts
     staleness_screen_mean / _max   policy_version at train - version of screening samples
+    staleness_screen_hist_{a}      trained groups whose screening is a versions old
+                                   (zero-filled for 0..max_staleness; see staleness.py)
+    prompts_rescreened_stale       groups not trained because their screening was older
+                                   than max_staleness; their prompts were screened again
+    max_staleness                  the bound; these three only when a bound is set
     staleness_mean / _max          same over all samples of the batch
     accuracy                mean reward of the trained groups (the paper's Fig. 4: ~0.5)
     reason/<reason>         decisions in the window, per reason (skips and admissions of the
@@ -49,6 +54,7 @@ class Window:
     qualified: int = 0
     rejected: int = 0
     skipped: int = 0
+    stale_rescreened: int = 0
     tokens: dict = dataclasses.field(default_factory=lambda: collections.Counter())
     hist: dict = dataclasses.field(default_factory=lambda: collections.Counter())
     reasons: dict = dataclasses.field(default_factory=lambda: collections.Counter())
@@ -62,7 +68,7 @@ class Window:
     @classmethod
     def from_plain(cls, d: dict) -> "Window":
         w = cls(screened=d["screened"], qualified=d["qualified"], rejected=d["rejected"],
-                skipped=d["skipped"])
+                skipped=d["skipped"], stale_rescreened=d.get("stale_rescreened", 0))
         w.tokens.update(d["tokens"])
         w.hist.update(d["hist"])
         w.reasons.update(d["reasons"])
@@ -99,6 +105,16 @@ def starvation_warning(win: Window, cfg: SpeedConfig) -> Optional[str]:
         f"widen the band, raise {FLAGS['n_init']}, or use data closer to the model's level "
         f"(easier if most screenings are all wrong, harder if all correct)."
     )
+
+
+def starvation_due(screened: int, batch_prompts: int) -> bool:
+    """Whether a window that just reached `screened` screenings should be checked for
+    starvation before any batch forms: at B, 2B, 4B, ... (doubling keeps a long
+    starvation to a few lines while the first one comes after one batch's worth)."""
+    if screened < batch_prompts or screened % batch_prompts:
+        return False
+    ratio = screened // batch_prompts
+    return ratio & (ratio - 1) == 0
 
 
 def starvation_error_message(win: Window, cfg: SpeedConfig, ready: int) -> str:

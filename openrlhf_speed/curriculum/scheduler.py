@@ -30,12 +30,18 @@ Policies (documented here because the driver and the README rely on them):
   `max_screened_per_batch` is set and more prompts than that were screened while fewer
   than B groups are ready, `next_requests`/`pop_batch` raise StarvationError naming the
   flags to change. Set it well above `max_inflight_prompts`: screenings pre-fetched for
-  later batches count too.
+  later batches count too. The warning does not wait for a batch: after B, 2B, 4B, ...
+  screenings in a window without a batch it is issued too (and queued for the driver,
+  `take_warnings()`), so a run where nothing qualifies says so early, not never.
 - End of run: after `num_epochs`, when nothing is in flight and fewer than B groups are
   ready, `exhausted` is True and those leftover groups are dropped, not padded; their
   number is `totals()["groups_dropped_at_end"]`.
 - Staleness: responses carry the policy version that generated them; the driver sets
   `policy_version` after each weight sync; batches report the age of screening samples.
+  With `max_staleness` set (default None: unbounded, as in the paper; the trainer's flag
+  sets 2), a group whose screening is older than that many versions never trains: its
+  prompt is screened again (`staleness.py` says why not dropped), counted as
+  `prompts_rescreened_stale`; checked when a group completes and before every batch.
 - History: every scored request updates `history` (`PromptHistory`: a fixed 13 bytes per
   prompt), every accepted or rejected visit its zero-variance streak; strategies read it.
 - State: `state_dict()` is plain picklable python (lists, dicts, tuples, the payloads as
@@ -62,11 +68,12 @@ from typing import Any, Optional
 import numpy as np
 
 from .config import FLAGS, RESUMABLE_CHANGES, SpeedConfig
-from .metrics import (Window, batch_metrics, starvation_error_message, starvation_warning,
-                      useful_tokens)
-from .records import (PHASE_CONTINUE, STATUS_OF_PHASE, STATUS_READY, STATUS_REJECTED, Batch,
+from .metrics import (Window, batch_metrics, starvation_due, starvation_error_message,
+                      starvation_warning, useful_tokens)
+from .records import (PHASE_CONTINUE, PHASE_FULL, PHASE_SCREEN, STATUS_OF_PHASE, STATUS_READY, STATUS_REJECTED, Batch,
                       PromptState, Request, StarvationError, StarvationWarning)
 from .history import PromptHistory
+from .staleness import REASON_STALE, screening_age, stale_reason, staleness_histogram
 from .strategies import ACCEPT, REJECT, REQUEST, SKIP, STRATEGIES, Decision
 
 # 2: the history became per-prompt arrays; the epoch order and the strategy's state are
@@ -93,6 +100,7 @@ class Scheduler:
         self._step = 0
         self._window = Window()
         self._totals: collections.Counter = collections.Counter()
+        self._warnings: list[str] = []  # starvation warnings not yet taken by the driver
 
     # ---- driver API -------------------------------------------------------------------
 
@@ -103,6 +111,7 @@ class Scheduler:
     def next_requests(self) -> list[Request]:
         """New work since the last call: continuations first, then new prompts."""
         self._check_hard_limit()
+        self._expire_stale()
         out, self._outbox = self._outbox, []
         while self._can_start():
             nxt = self._next_prompt()
@@ -159,6 +168,7 @@ class Scheduler:
     def pop_batch(self) -> Optional[Batch]:
         """Exactly B complete groups (B*N samples) with the window's metrics, or None."""
         cfg = self.config
+        self._expire_stale()
         if len(self._ready) < cfg.batch_prompts:
             self._check_hard_limit()
             return None
@@ -180,6 +190,10 @@ class Scheduler:
             "speed/step": float(self._step),
         })
         metrics.update({f"speed/{k}": float(v) for k, v in self.strategy.metrics().items()})
+        if cfg.max_staleness is not None:  # unbounded ages would make the histogram's keys vary
+            metrics.update(staleness_histogram(groups, self.policy_version, cfg.max_staleness))
+            metrics["speed/prompts_rescreened_stale"] = float(self._window.stale_rescreened)
+            metrics["speed/max_staleness"] = float(cfg.max_staleness)
         warning = starvation_warning(self._window, cfg)
         batch = Batch(self._step, groups, metrics, warning)
         self._step += 1
@@ -207,6 +221,12 @@ class Scheduler:
     def starvation_warning(self) -> Optional[str]:
         """The warning the current window would carry, for drivers that log while waiting."""
         return starvation_warning(self._window, self.config)
+
+    def take_warnings(self) -> list[str]:
+        """Starvation warnings issued since the last call (also sent to `warnings.warn`),
+        for drivers that print them while no batch forms."""
+        out, self._warnings = self._warnings, []
+        return out
 
     def totals(self) -> dict:
         """Run totals (prompts, tokens, reasons), including groups dropped at the end."""
@@ -255,7 +275,9 @@ class Scheduler:
         return req
 
     def _apply(self, state: PromptState, decision: Decision) -> None:
-        if decision.verdict == REQUEST:
+        if decision.verdict in (REQUEST, ACCEPT) and self._is_stale(state):
+            self._rescreen(state)  # its continuation or its training would use stale samples
+        elif decision.verdict == REQUEST:
             self._outbox.append(self._issue(state, decision))
         elif decision.verdict == ACCEPT:
             n = self.config.n_samples_per_prompt
@@ -276,6 +298,32 @@ class Scheduler:
         else:
             raise RuntimeError(f"strategy {self.config.strategy!r} after_scored() returned {decision}")
 
+    def _is_stale(self, state: PromptState) -> bool:
+        age = screening_age(state, self.policy_version)
+        return stale_reason(age, self.config.max_staleness) is not None
+
+    def _expire_stale(self) -> None:
+        """Re-screen every ready group whose screening has aged past the bound."""
+        stale = [s for s in self._ready if self._is_stale(s)]
+        if stale:
+            self._ready = [s for s in self._ready if not self._is_stale(s)]
+            for state in stale:
+                self._rescreen(state)
+
+    def _rescreen(self, state: PromptState) -> None:
+        """Discard the prompt's responses (counted) and request its first request again,
+        of the same size and phase, from the current policy."""
+        tokens = sum(r.num_tokens for r in state.responses)
+        self._window.tokens["discarded"] += tokens
+        self._window.stale_rescreened += 1
+        self._totals["tokens_discarded"] += tokens
+        self._totals["tokens_stale_discarded"] += tokens
+        self._totals["prompts_rescreened_stale"] += 1
+        self._count_reason(REASON_STALE)
+        state.responses = []
+        phase = PHASE_FULL if state.n_screen == self.config.n_samples_per_prompt else PHASE_SCREEN
+        self._outbox.append(self._issue(state, Decision(REQUEST, REASON_STALE, state.n_screen, phase)))
+
     def _count_reason(self, reason: str) -> None:
         self._window.reasons[reason] += 1
         self._totals[f"reason/{reason}"] += 1
@@ -287,6 +335,11 @@ class Scheduler:
         self._window.qualified += int(passed)
         self._totals["prompts_screened"] += 1
         self._totals["prompts_qualified"] += int(passed)
+        if starvation_due(self._window.screened, self.config.batch_prompts):
+            message = starvation_warning(self._window, self.config)
+            if message:
+                self._warnings.append(message)
+                warnings.warn(message, StarvationWarning, stacklevel=3)
 
     def _check_hard_limit(self) -> None:
         cfg = self.config

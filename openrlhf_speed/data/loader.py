@@ -31,6 +31,9 @@ INVALID_REASONS = (
 )
 TOO_LONG = "prompt_too_long"
 _EXAMPLE_LINES = 5  # line numbers kept per reason, for the report
+# What the error offers besides fixing the row; callers without skip_invalid (the train
+# command's preflight check) pass their own or None.
+SKIP_HINT = "or load with skip_invalid=True to drop such rows and count them in the report"
 
 
 class DatasetError(ValueError):
@@ -111,7 +114,8 @@ def count_prompt_tokens(prompt, tokenizer, apply_chat_template: bool = False) ->
     return len(tokenizer.encode(prompt, add_special_tokens=False))
 
 
-def _error(path: str, lineno: int, reason: str, detail: str, input_key: str, label_key: str) -> DatasetError:
+def _error(path: str, lineno: int, reason: str, detail: str, input_key: str, label_key: str,
+           skip_hint: str | None = SKIP_HINT) -> DatasetError:
     if reason in ("missing_prompt", "missing_answer"):
         fix = (f"put the prompt under '{input_key}' and the reference answer under '{label_key}', or name "
                "the keys your file uses (input_key/label_key; --data.input_key/--data.label_key in training)")
@@ -119,10 +123,8 @@ def _error(path: str, lineno: int, reason: str, detail: str, input_key: str, lab
         fix = f"write one JSON object per line, e.g. {{\"{input_key}\": \"What is 2 + 3?\", \"{label_key}\": \"5\"}}"
     else:
         fix = "fix or remove the row"
-    return DatasetError(
-        f"{path}, line {lineno}: {reason}: {detail}. To fix: {fix}; "
-        "or load with skip_invalid=True to drop such rows and count them in the report."
-    )
+    return DatasetError(f"{path}, line {lineno}: {reason}: {detail}. To fix: {fix}"
+                        + (f"; {skip_hint}." if skip_hint else "."))
 
 
 def load_jsonl_rows(
@@ -133,6 +135,7 @@ def load_jsonl_rows(
     tokenizer=None,
     skip_invalid: bool = False,
     apply_chat_template: bool = False,
+    skip_hint: str | None = SKIP_HINT,
 ) -> tuple[list[dict], LoadReport]:
     """Read and validate a prompt jsonl file; returns (usable rows, report).
 
@@ -159,7 +162,7 @@ def load_jsonl_rows(
                 problem = check_row(row, input_key, label_key)
             if problem is not None:
                 if not skip_invalid:
-                    raise _error(path, lineno, *problem, input_key, label_key)
+                    raise _error(path, lineno, *problem, input_key, label_key, skip_hint)
                 report.drop(problem[0], lineno)
                 continue
             if max_prompt_tokens is not None and (
@@ -172,6 +175,9 @@ def load_jsonl_rows(
                 report.answers_converted += 1
             rows.append(row)
     report.kept = len(rows)
+    if not report.lines_read:
+        raise DatasetError(f"{path}: the file is empty (no rows); give a jsonl file with one "
+                           f"{{\"{input_key}\": ..., \"{label_key}\": ...}} object per line")
     if not rows:
         raise DatasetError(f"no usable rows: {report.summary()}")
     return rows, report

@@ -26,6 +26,7 @@ def speed_config(args):
         correct_threshold=s.correct_threshold,
         max_screened_per_batch=s.max_screened_per_batch,
         warn_qualification_rate=s.warn_qualification_rate,
+        max_staleness=s.max_staleness,
         explore_floor=s.explore_floor,
         posterior_decay=s.posterior_decay,
         greso_p_init=s.greso_p_init,

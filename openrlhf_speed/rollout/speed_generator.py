@@ -14,8 +14,13 @@ reuses its conversion of an engine response into an `Experience`. Per request:
 - across steps: requests still in flight when a batch is complete keep generating during
   training; `drain()` collects them before the weight sync, so no response mixes tokens of
   two policies. Each response records the policy version that generated it, and the batch
-  metrics report the staleness of screening samples (OpenRLHF's importance-sampling
-  correction, `--algo.advantage.is_correction_level`, applies to these samples unchanged).
+  metrics report the staleness of screening samples. Groups whose screening is older than
+  `--speed.max_staleness` versions are screened again by the scheduler, never trained;
+  younger stale samples are weighted by OpenRLHF's importance-sampling correction
+  (`--algo.advantage.is_correction_level`, turned on by `--speed.is_correction auto`):
+  with it on, the engines return the sampled tokens' log-probs (`_sampling_params`), the
+  rollout policy's side of the ratio pi_current / pi_rollout.
+- starvation: warnings the scheduler issues while no batch forms are printed at once.
 
 The rewards come from OpenRLHF's own reward path inside the engine actors (the function
 given by `--reward.remote_url`), so scoring overlaps generation. A response whose reward
@@ -87,6 +92,8 @@ class SpeedSamplesGenerator(SamplesGenerator):
                 f"groups dropped at the end (fewer than --rollout.batch_size); totals {totals}",
                 flush=True,
             )
+            if self.scheduler.starvation_warning:  # the last window never formed a batch
+                print(f"[openrlhf-speed] WARNING {self.scheduler.starvation_warning}", flush=True)
             self._log("finished", totals=totals)
             return [], None, 0, True
         samples = [r.payload for g in batch.groups for r in g.responses]  # [B*N], group-major
@@ -127,6 +134,8 @@ class SpeedSamplesGenerator(SamplesGenerator):
                 return batch
             for request in self.scheduler.next_requests():
                 self._dispatch(request, kwargs)
+            for warning in self.scheduler.take_warnings():  # before any batch forms
+                print(f"[openrlhf-speed] WARNING {warning}", flush=True)
             self._overhead_s += time.perf_counter() - t0
             if not self._pending:
                 raise RuntimeError(

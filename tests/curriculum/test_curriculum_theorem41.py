@@ -29,6 +29,15 @@ is exactly r - p, which is what the Monte Carlo below uses: it is a real policy 
   the "Phi' = probability that screening is mixed" form.
 Each closed form is checked against exact enumeration, then against a Monte Carlo run
 through the project's Scheduler and simulated policy, within 4 standard errors.
+
+With the trainer's staleness bound (`max_staleness`, flag default 2; SpeedConfig's default
+is None, the paper's unbounded algorithm used above) a qualified group that ages past the
+bound is screened again. The decision depends on timing, not on the group's rewards, so a
+group that trains is distributed as without the bound: E[g | trained] = c(p) / P(0<K<n).
+But fewer visits train (a re-screen may fail), so per visit Phi'(p) = c(p) s(p), with
+s = P(trained) / P(0<K<n) < 1; if a qualified screening goes stale with probability q,
+s = (1-q) / (1-q P(0<K<n)), which depends on p (it favours p near 1/2) and on the
+scheduling. Phi stays increasing (s > 0) but its shape changes; the last test checks this.
 """
 
 import math
@@ -90,18 +99,25 @@ def test_phi_is_increasing():
     assert c_speed_full(1e-9) == pytest.approx(N_INIT, rel=1e-6)
 
 
-def monte_carlo(p, strategy, continuation_only=False, seed=0):
-    """Per screened prompt: sum_i A_i (r_i - p) / (p (1-p)), zero if not trained.
-    Returns (mean, standard error) over PROMPTS prompts of pass rate p."""
+def trained_values(p, strategy, continuation_only=False, seed=0, max_staleness=None,
+                   completions_per_tick=None):
+    """sum_i A_i (r_i - p) / (p (1-p)) of each trained group [trained], and the totals."""
     cfg = SpeedConfig(n_samples_per_prompt=N, n_init=N_INIT, batch_prompts=1,
                       max_inflight_prompts=64, strategy=strategy, seed=seed,
-                      warn_qualification_rate=0.0)
-    res = run_simulation([p] * PROMPTS, cfg, seed=seed)
-    assert res.scheduler.totals()["groups_dropped_at_end"] == 0  # B = 1: nothing dropped
+                      warn_qualification_rate=0.0, max_staleness=max_staleness)
+    res = run_simulation([p] * PROMPTS, cfg, seed=seed, completions_per_tick=completions_per_tick)
+    totals = res.scheduler.totals()
+    assert totals["groups_dropped_at_end"] == 0  # B = 1: nothing dropped
     rewards = np.stack([g.rewards for b in res.batches for g in b.groups])  # [trained, N]
     if continuation_only:
         rewards = rewards[:, N_INIT:]  # [trained, N - N_INIT]
-    per_group = (rloo_advantages(rewards) * (rewards - p)).sum(-1) / (p * (1 - p))  # [trained]
+    return (rloo_advantages(rewards) * (rewards - p)).sum(-1) / (p * (1 - p)), totals
+
+
+def monte_carlo(p, strategy, continuation_only=False, seed=0):
+    """Per screened prompt: sum_i A_i (r_i - p) / (p (1-p)), zero if not trained.
+    Returns (mean, standard error) over PROMPTS prompts of pass rate p."""
+    per_group, _ = trained_values(p, strategy, continuation_only, seed)  # [trained]
     values = np.zeros(PROMPTS)  # [prompts]; untrained prompts contribute 0
     values[: len(per_group)] = per_group
     return values.mean(), values.std(ddof=1) / math.sqrt(PROMPTS)
@@ -119,3 +135,20 @@ def test_speed_rloo_expected_gradient_matches_phi_prime(p):
 def test_unfiltered_and_dapo_rloo_are_unbiased(strategy):
     mean, se = monte_carlo(0.3, strategy, seed=3)
     assert abs(mean - N) < 4 * se, (mean, se)
+
+
+@pytest.mark.parametrize("p", PS)
+def test_staleness_bound_keeps_trained_groups_unbiased_but_trains_fewer(p):
+    # Bound 2, scrambled completions (8 a tick for 64 in flight, one version per batch of 1):
+    # half to three quarters of the qualified screenings go stale (module docstring).
+    per_group, totals = trained_values(p, "speed", seed=5, max_staleness=2, completions_per_tick=8)
+    qualify = 1 - p ** N_INIT - (1 - p) ** N_INIT  # P(0 < K < n)
+    se = per_group.std(ddof=1) / math.sqrt(len(per_group))
+    assert abs(per_group.mean() - c_speed_full(p) / qualify) < 4 * se  # E[g | trained]
+    rescreened = totals["prompts_rescreened_stale"]
+    assert rescreened > 0.3 * len(per_group)  # the bound acted
+    # Per visit, Phi' = c(p) s(p) with s = P(trained) / P(qualify) = (1-q) / (1-q qualify):
+    # positive, well below 1 here, and as the stale share q predicts (q varies over the run).
+    s = len(per_group) / (PROMPTS * qualify)
+    q = rescreened / (rescreened + len(per_group))  # qualified screenings that went stale
+    assert 0 < s < 0.85 and s == pytest.approx((1 - q) / (1 - q * qualify), abs=0.05)

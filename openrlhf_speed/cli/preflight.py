@@ -1,0 +1,173 @@
+"""Checks of the user's inputs that run in the driver right after parsing, before Ray or
+anything else starts (and in `--dry_run`): value ranges of flags, the prompt and eval
+datasets, the reward file, and the optimizer steps a training step makes.
+
+Why here: without them a bad dataset failed 50-90 s later as a traceback from a Ray actor
+(a bare StopIteration for an empty file), and `--rollout.temperature -1` passed
+`--dry_run`. Each check raises ValueError with one line per problem, naming the flag, the
+file, the line and the key; cli/flags.py turns it into a clean exit.
+"""
+
+import ast
+import math
+import os
+
+from openrlhf_speed.data.loader import DatasetError, load_jsonl_rows
+
+# (flag, lower bound, lower bound allowed, upper bound or None, why); None values are not checked.
+RANGES = (
+    ("rollout.temperature", 0.0, False, None, "0 makes all responses of a group identical"),
+    ("eval.temperature", 0.0, True, None, "sampling temperature"),
+    ("rollout.top_p", 0.0, False, 1.0, "a probability mass"),
+    ("rollout.batch_size", 1, True, None, "prompts per training step"),
+    ("rollout.micro_batch_size", 1, True, None, "samples per forward pass"),
+    ("rollout.n_samples_per_prompt", 1, True, None, "responses per prompt"),
+    ("rollout.max_new_tokens", 1, True, None, "response length"),
+    ("data.max_len", 1, True, None, "prompt + response length"),
+    ("data.max_samples", 1, True, None, "prompts read from the dataset"),
+    ("train.batch_size", 1, True, None, "samples per optimizer step"),
+    ("train.micro_batch_size", 1, True, None, "samples per forward/backward pass"),
+    ("train.max_epochs", 1, True, None, "passes over each rollout batch"),
+    ("train.num_episodes", 1, True, None, "passes over the dataset"),
+    ("eval.n_samples_per_prompt", 1, True, None, "responses per eval prompt"),
+    ("actor.adam.lr", 0.0, False, None, "learning rate"),
+    ("critic.adam.lr", 0.0, True, None, "learning rate"),
+    ("actor.eps_clip", 0.0, True, None, "PPO clip range"),
+    ("algo.kl.init_coef", 0.0, True, None, "KL coefficient"),
+    ("vllm.num_engines", 0, True, None, "vLLM engines"),
+    ("vllm.tensor_parallel_size", 1, True, None, "GPUs per engine"),
+    ("vllm.gpu_memory_utilization", 0.0, False, 1.0, "a share of GPU memory"),
+)
+DATA_EXTENSIONS = (".json", ".jsonl", ".csv", ".parquet", ".arrow")
+
+
+def _get(args, dotted):
+    for part in dotted.split("."):
+        args = getattr(args, part, None)
+    return args
+
+
+def range_errors(args) -> list:
+    """One line per flag whose value is outside its range."""
+    errors = []
+    for flag, low, low_ok, high, why in RANGES:
+        value = _get(args, flag)
+        if value is None or not isinstance(value, (int, float)):
+            continue
+        bad_low = value < low or (value == low and not low_ok) or (isinstance(value, float) and math.isnan(value))
+        if bad_low or (high is not None and value > high):
+            span = f"{'>=' if low_ok else '>'} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+            errors.append(f"--{flag} {value:g} is out of range: must be {span} ({why})")
+    return errors
+
+
+def optimizer_steps(args) -> float:
+    """Optimizer steps per training step, from OpenRLHF's batch flags (see rollout/trainer.py)."""
+    samples = args.rollout.batch_size * args.rollout.n_samples_per_prompt
+    return samples / args.train.batch_size * args.train.max_epochs
+
+
+def optimizer_steps_note(args) -> str:
+    steps = optimizer_steps(args)
+    b, n, t, e = (args.rollout.batch_size, args.rollout.n_samples_per_prompt, args.train.batch_size,
+                  args.train.max_epochs)
+    text = (f"optimizer steps per training step: {steps:g} = --rollout.batch_size {b} x "
+            f"--rollout.n_samples_per_prompt {n} / --train.batch_size {t} x --train.max_epochs {e}")
+    if steps > 1:
+        text += (f". WARNING: more than one: steps after the first train on samples of an older policy; "
+                 f"for one, set --train.batch_size {b * n} and --train.max_epochs 1")
+    return text
+
+
+def _local_files(spec: str) -> list:
+    """The local paths of a comma-separated OpenRLHF dataset spec (the @data_dir part dropped)."""
+    return [part.split("@")[0].strip() for part in spec.split(",") if part.strip()]
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", ".", "~")) or os.path.splitext(path)[1].lower() in DATA_EXTENSIONS
+
+
+def dataset_errors(spec, args, need_rows: int, role: str) -> list:
+    """Check every local jsonl/json file of a dataset spec with data/loader.py."""
+    if not spec:
+        return []
+    errors, total, checked = [], 0, False
+    for path in _local_files(spec):
+        if not os.path.exists(os.path.expanduser(path)):
+            if _looks_local(path):
+                errors.append(f"{role} {path}: no such file")
+            continue
+        ext = os.path.splitext(path)[1].lower()
+        if os.path.isdir(path) or ext not in (".jsonl", ".json") or _starts_with(path, b"["):
+            continue  # folders, csv/parquet/arrow and JSON arrays: left to OpenRLHF's loader
+        label_key = args.data.label_key
+        if label_key is None and args.reward.remote_url:
+            keys = _first_keys(path)
+            errors.append(f"{role} {path}: --data.label_key is not set, so every label would be empty and "
+                          f"the reward ({args.reward.remote_url}) would score nothing; name the answer key "
+                          f"(keys in the first row: {keys})")
+            continue
+        try:
+            rows, _ = load_jsonl_rows(path, input_key=args.data.input_key, label_key=label_key or args.data.input_key,
+                                      skip_hint=None)
+        except DatasetError as e:
+            errors.append(f"{role} {e}".replace("(input_key/label_key;", "(").replace(" in training)", ")"))
+            continue
+        total += len(rows)
+        checked = True
+    rows = min(total, args.data.max_samples or total)
+    if checked and not errors and need_rows and rows < need_rows:
+        errors.append(f"{role} {spec}: only {rows} usable prompts, fewer than --rollout.batch_size {need_rows}: "
+                      "no training batch can form; lower --rollout.batch_size or add prompts")
+    return errors
+
+
+def _starts_with(path: str, prefix: bytes) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4096).lstrip().startswith(prefix)
+
+
+def _first_keys(path: str) -> str:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            row = json.loads(next(line for line in f if line.strip()))
+        return ", ".join(map(repr, row)) if isinstance(row, dict) else "not an object"
+    except (StopIteration, ValueError, UnicodeDecodeError):
+        return "unreadable"
+
+
+def reward_file_errors(path) -> list:
+    """A `--reward.remote_url` .py file must parse and define `reward_func` (read, not run)."""
+    if not path or not str(path).endswith(".py"):
+        return []
+    if not os.path.isfile(path):
+        return [f"--reward.remote_url {path}: no such file"]
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except SyntaxError as e:
+        return [f"--reward.remote_url {path}, line {e.lineno}: syntax error: {e.msg}"]
+    except UnicodeDecodeError:
+        return [f"--reward.remote_url {path}: not UTF-8 text"]
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    if "reward_func" not in names:
+        return [f"--reward.remote_url {path}: defines no top-level reward_func(queries, prompts, labels), "
+                "which OpenRLHF calls; define it"]
+    return []
+
+
+def input_errors(args) -> list:
+    """Dataset, eval dataset and reward file problems, one line each."""
+    errors = dataset_errors(args.data.prompt_dataset, args, args.rollout.batch_size, "--data.prompt_dataset")
+    errors += dataset_errors(args.eval.dataset, args, 0, "--eval.dataset")
+    return errors + reward_file_errors(args.reward.remote_url)
