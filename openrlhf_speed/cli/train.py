@@ -17,11 +17,16 @@ every OpenRLHF flag keeps its name, default, meaning and validation:
 Before that, `rollout.actor.install()` / `rollout.engine.install()` swap OpenRLHF's policy
 actor and vLLM engine classes for our subclasses (module attributes that `train_ppo_ray` and
 `create_vllm_engines` read when they run).
+
+A vLLM engine that dies mid-run ends the command with exit status 1 and, last, one line
+`[openrlhf-speed] ERROR vLLM engine I (Ray actor ID) failed ...` naming the checkpoint a rerun
+resumes from (rollout/speed_generator.py's EngineDiedError).
 """
 
 import argparse
 import runpy
 import sys
+import traceback
 from contextlib import contextmanager
 
 from openrlhf_speed import compat
@@ -94,6 +99,16 @@ def main(argv=None) -> int:
             runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=False)
         except flags.DryRunExit:
             return 0
+        except ray.exceptions.RayTaskError as e:
+            # A dead engine surfaces here as the trainer actor's failure, its message buried in
+            # a remote traceback: keep the traceback, end with the one line that says what to do.
+            from openrlhf_speed.rollout.speed_generator import EngineDiedError
+
+            if not isinstance(e.cause, EngineDiedError):
+                raise
+            traceback.print_exc()
+            print(f"[openrlhf-speed] ERROR {e.cause}", file=sys.stderr, flush=True)
+            return 1
         finally:
             sys.argv = saved_argv
     return 0

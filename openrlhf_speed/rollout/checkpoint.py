@@ -107,3 +107,16 @@ def resume_point(ckpt_path: str, curriculum: bool) -> ResumePoint:
     newer += [f"{SPEED_DIR}/global_step{s}.pt" for s in saved_steps(ckpt_path) if s > step]
     ignored = f" (ignoring what a crashed save left after it: {', '.join(newer)})" if newer else ""
     return ResumePoint(step, f"resuming from step {step} ({tag} in {ckpt_path}){ignored}")
+
+
+def resume_hint(ckpt_path: str, load_enable: bool) -> str:
+    """One sentence for an error that stops a SPEED run: the last complete checkpoint and the
+    command that resumes from it (what `resume_point` would pick on a rerun)."""
+    try:
+        point = resume_point(ckpt_path, curriculum=True)
+    except ResumeError as e:
+        return f"The checkpoint folder cannot be resumed as it is: {e}"
+    if not point.step:
+        return f"There is no complete checkpoint in {ckpt_path} yet: a rerun starts over."
+    how = "run the same command again" if load_enable else "run the same command with --ckpt.load_enable"
+    return f"The last complete checkpoint is step {point.step} in {ckpt_path}: {how} to resume from it."

@@ -21,6 +21,9 @@ reuses its conversion of an engine response into an `Experience`. Per request:
   with it on, the engines return the sampled tokens' log-probs (`_sampling_params`), the
   rollout policy's side of the ratio pi_current / pi_rollout.
 - starvation: warnings the scheduler issues while no batch forms are printed at once.
+- a failed engine (vLLM's EngineCore process died, or its Ray actor) stops the run with
+  EngineDiedError, naming the engine and the checkpoint a rerun resumes from; its requests
+  are not moved to another engine (the checkpoint, not this process, holds the curriculum).
 
 The rewards come from OpenRLHF's own reward path inside the engine actors (the function
 given by `--reward.remote_url`), so scoring overlaps generation. A response whose reward
@@ -48,10 +51,11 @@ from vllm import SamplingParams
 
 from openrlhf_speed.curriculum import Response, Scheduler, SpeedConfig
 from openrlhf_speed.rewards.guard import DEFAULT_MAX_ERROR_RATE, DEFAULT_RETRIES, RewardGuard, invalid_reason
+from openrlhf_speed.rollout.checkpoint import resume_hint
 
 
 class EngineDiedError(RuntimeError):
-    pass
+    """A vLLM engine failed mid-generation: the run stops (cli/train.py prints it as one line)."""
 
 
 class SpeedSamplesGenerator(SamplesGenerator):
@@ -189,16 +193,29 @@ class SpeedSamplesGenerator(SamplesGenerator):
             try:
                 outputs = ray.get(ref)  # done already: ray.wait returned it
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
-                raise EngineDiedError(
-                    f"vLLM engine {engine} failed while generating {request.n} responses for prompt "
-                    f"{request.prompt_index} ({request.phase}); see the engine's log above. Checkpoints hold the "
-                    "curriculum state: resume with --ckpt.load_enable after fixing the cause."
-                ) from e
+                raise self._engine_died(engine, request, e) from e
             self._engine_load[engine] -= len(outputs)
             experiences = [self._process_response_into_experience(o, **kwargs) for o in outputs]
             t0 = time.perf_counter()
             self._take_scored(request, engine, version, kept, attempt, experiences, kwargs)
             self._overhead_s += time.perf_counter() - t0
+
+    def _engine_died(self, engine: int, request, error: Exception) -> EngineDiedError:
+        """The error that stops the run when an engine fails (vLLM's EngineDeadError when its
+        EngineCore process dies, or the Ray actor itself died): which engine, by index and by
+        the Ray actor id its start-up line printed, what it raised, and where a rerun resumes."""
+        actor_id = getattr(self.vllm_engines[engine], "_actor_id", None)
+        actor = actor_id.hex()[:8] if actor_id is not None else "?"
+        cause = error.cause if isinstance(error, ray.exceptions.RayTaskError) else error
+        # EngineDeadError comes back from Ray's pickling with its message twice in `args`
+        # (its __init__ prepends it again), which str() would print as a tuple.
+        text = cause.args[0] if len(cause.args) > 1 and isinstance(cause.args[0], str) else str(cause)
+        first_line = (text.strip().splitlines() or [""])[0]
+        return EngineDiedError(
+            f"vLLM engine {engine} (Ray actor {actor}) failed while generating {request.n} responses for prompt "
+            f"{request.prompt_index} ({request.phase}): {type(cause).__name__}: {first_line} The run stops; see "
+            f"the engine's log above for the cause. {resume_hint(self.args.ckpt.path, self.args.ckpt.load_enable)}"
+        )
 
     def _take_scored(self, request, engine, version, kept, attempt, experiences, kwargs) -> None:
         """Valid responses join `kept`; invalid ones are counted and regenerated (see
