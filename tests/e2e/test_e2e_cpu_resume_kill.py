@@ -17,8 +17,10 @@ fail). The same command runs again, and:
   prompts started during the killed step 3 are started again, as they must be);
 - it ends with complete step-4 checkpoints (actor `latest` and curriculum state).
 
-Run with the DeepSpeed actor (the recipe's, `e2e_extra`: CI) and with `--backend megatron`
-and the Megatron e2e's CPU flags (2 pipeline stages, fp32 engine; `e2e_long`).
+Run with the DeepSpeed actor (the recipe's) and with `--backend megatron` and the Megatron
+e2e's CPU flags (2 pipeline stages, fp32 engine). Both are `e2e_long` (`make test-all`): about
+13 minutes each on 2 cores, which CI's 90 minutes cannot take beside `make test` and
+`make test-extra` on a CPU without native bf16.
 The shared steps and checks are tests/_kill_util.py's.
 """
 
@@ -35,7 +37,7 @@ def plant_half_written_step3(ckpt) -> None:
 
 
 @pytest.mark.parametrize("backend_flags", [
-    pytest.param((), id="deepspeed", marks=pytest.mark.e2e_extra),
+    pytest.param((), id="deepspeed", marks=pytest.mark.e2e_long),
     pytest.param(MEGATRON, id="megatron", marks=pytest.mark.e2e_long),
 ])
 def test_kill_during_step3_then_rerun_continues_from_step2(tmp_path, backend_flags):
