@@ -24,7 +24,7 @@ train: setup
 test: setup
 	$(PY) -m pytest -m "not e2e_long and not e2e_extra" -q
 
-# Slower end-to-end runs (tiny benchmark, two-node Ray cluster): CI runs them after `make test`.
+# Slower end-to-end runs (two algorithm steps, tiny benchmark, two-node Ray cluster, Megatron step): CI runs them after `make test`.
 test-extra: setup
 	$(PY) -m pytest -m "e2e_extra" -q
 
