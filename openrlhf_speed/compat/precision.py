@@ -98,7 +98,10 @@ def resolve_dtypes(args, cpu: bool) -> list:
     megatron = getattr(args, "backend", "deepspeed") == "megatron"
     roles = []
     if args.ds.param_dtype == "auto":
-        args.ds.param_dtype = prec.dtype
+        # The Megatron actor computes in --megatron.dtype and never reads --ds.param_dtype;
+        # OpenRLHF's DeepSpeed strategy object is built all the same and asserts bf16 once
+        # ds.tensor_parallel_size (the Megatron backend's tp * pp) is above 1: keep its default.
+        args.ds.param_dtype = "bf16" if megatron else prec.dtype
         roles += [] if megatron else ["actor, reference"]
     if args.vllm.dtype == "auto":
         args.vllm.dtype = VLLM_NAMES[prec.dtype]

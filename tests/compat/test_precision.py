@@ -84,6 +84,8 @@ def test_megatron_backend_names_its_own_dtype_flag(monkeypatch):
     args = make_args(backend="megatron", megatron_dtype="bf16")
     lines = resolve_dtypes(args, cpu=True)
     assert lines[0] == f"dtype: {ENV_SWITCH}=0: engines in float32"  # the actor's line comes from --megatron.dtype
+    # Unused by the Megatron actor, and OpenRLHF's strategy asserts bf16 when tp * pp > 1.
+    assert args.ds.param_dtype == "bf16"
     assert lines[1].startswith("warning: --megatron.dtype bf16")
 
 
