@@ -397,7 +397,7 @@ def prepare(args) -> None:
     from openrlhf_speed.cli.megatron_flags import megatron_layout, prepare_backend
 
     try:
-        notes += prepare_backend(args, cpu=compat.cpu_mode() and not args.dry_run)
+        notes += prepare_backend(args, cpu=cpu)
     except ValueError as e:
         raise FlagError(str(e))
     plan = resource_plan(args)
