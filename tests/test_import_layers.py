@@ -8,13 +8,15 @@ import its own layer or a lower one, never a higher one. Lowest first:
     2  models, rewards           leaves: the embedded model; answer extraction and checking
     3  data                      the generated data (asks models for the tokenizer) and the
                                  preparation of real datasets (normalizes answers with rewards)
-    4  compat                    what OpenRLHF needs to run on CPU; nothing of ours above it
-    5  backends                  the training side: Megatron-Core actor, placement logging and
+    4  proving                   the proving-ground model: built by supervised learning on
+                                 data's generator, its pass table scored with rewards' rules
+    5  compat                    what OpenRLHF needs to run on CPU; nothing of ours above it
+    6  backends                  the training side: Megatron-Core actor, placement logging and
                                  weight fingerprints shared with rollout's actor and engines
-    6  rollout                   drives vLLM engines and the actors: the SPEED generator, our
+    7  rollout                   drives vLLM engines and the actors: the SPEED generator, our
                                  trainer, the DeepSpeed actor and the backend switch
-    7  bench                     runs and reports benchmarks (subprocesses of the CLI)
-    8  cli                       entry points and flags: wires everything below
+    8  bench                     runs and reports benchmarks (subprocesses of the CLI)
+    9  cli                       entry points and flags: wires everything below
 
 Two modules of one layer may import each other's modules, but the module graph as a whole
 has no cycle (a cycle means neither side can be read, tested or imported first on its own).
@@ -32,6 +34,7 @@ LAYERS = [
     {"curriculum"},
     {"models", "rewards"},
     {"data"},
+    {"proving"},
     {"compat"},
     {"backends"},
     {"rollout"},

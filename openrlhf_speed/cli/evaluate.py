@@ -88,10 +88,13 @@ def main(argv=None) -> int:
     from openrlhf_speed import compat
 
     compat.install()
-    from openrlhf_speed.models import ModelNotFoundError, resolve_model
+    from openrlhf_speed import proving
+    from openrlhf_speed.models import ModelNotFoundError
 
     try:
-        model = resolve_model(args.model)
+        model = proving.resolve_model_or_proving(args.model)
+        if args.data is None and proving.is_proving(args.model):
+            args.data = proving.data_paths(args.model)[1]
         if args.data is None:
             from openrlhf_speed.data.embedded import ensure_embedded_dataset
 

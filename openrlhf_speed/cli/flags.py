@@ -252,13 +252,25 @@ def _reward_func_path() -> str:
 
 def _resolve_defaults(args) -> list:
     """Fill what the user left out with the embedded defaults; returns notes to print."""
-    from openrlhf_speed.models import resolve_model
+    from openrlhf_speed import proving
 
     notes = []
     model = args.actor.model_name_or_path
-    args.actor.model_name_or_path = resolve_model(model)
+    args.actor.model_name_or_path = proving.resolve_model_or_proving(model)
     if model in (None, "default"):
         notes.append(f"model: embedded SmolLM2-135M-Instruct at {args.actor.model_name_or_path}")
+    if proving.is_proving(model):
+        # The proving-ground model knows only its own prompt format: its data is the default.
+        train_path, test_path = proving.data_paths(model)
+        notes.append(f"model: proving-ground '{model}' at {args.actor.model_name_or_path}")
+        if args.data.prompt_dataset is None:
+            args.data.prompt_dataset = train_path
+            args.data.input_key, args.data.label_key = "prompt", "answer"
+            args.data.apply_chat_template = True
+            notes.append(f"data: the proving ground's RL prompts, train {train_path}")
+        if args.eval.dataset == "embedded":
+            args.eval.dataset = test_path
+            notes.append(f"eval: the proving ground's held-out split {test_path}")
     if args.data.prompt_dataset is None:
         from openrlhf_speed.data import embedded
 

