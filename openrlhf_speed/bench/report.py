@@ -9,10 +9,18 @@ Definitions:
 - time: `train_wall_s`, the training clock without evaluation and checkpointing;
 - time to target: the clock at the first evaluation whose accuracy >= target (no
   interpolation between evaluations, so it is an upper bound by at most one eval period);
-- target "auto": the highest accuracy every curriculum reached, i.e. the minimum over
-  curricula of their best evaluation after step 0, so every curriculum gets a time;
+- target "auto": the highest accuracy every run reached, i.e. the minimum over runs of
+  their best evaluation after step 0, so every run gets a time; target "rule"
+  (`--target_rule uniform_gain:F`, fixed before the runs): step-0 accuracy + F x the
+  uniform runs' gain (aggregate.py);
+- several runs per curriculum (`--runs`): a curriculum's row is the mean of its runs with
+  the spread of time to target and final accuracy, "k/R reached" when not every run
+  reached the target, and each run's own row in `runs_summary` (aggregate.py);
 - useful-token share: tokens of trained groups whose rewards are not all equal / tokens
   generated (`speed/useful_token_share_cum` of the last step);
+- mean reward of trained groups: the steps' `rollout/reward_mean` (OpenRLHF's mean over
+  the samples trained on), else `speed/accuracy` (the SPEED driver's mean over trained
+  groups); SPEED keeps it near 0.5 (the paper's Fig. 4), uniform follows the data;
 - curriculum overhead share: driver time outside generation, reward and training
   (`timing_parts/curriculum_overhead`) / the training clock;
 - claims: the paper's, each met / missed / not measurable, with the arithmetic of a miss
@@ -27,6 +35,7 @@ import math
 import os
 from typing import Optional
 
+from openrlhf_speed.bench import aggregate as agg
 from openrlhf_speed.bench import claims as cl
 
 
@@ -65,6 +74,14 @@ def time_to_target(evals: list, target: float) -> tuple[Optional[float], Optiona
     return None, None
 
 
+def _trained_reward_mean(steps: list) -> float:
+    for key in ("rollout/reward_mean", "speed/accuracy"):
+        values = [s[key] for s in steps if key in s and not _nan(s[key])]
+        if values:
+            return sum(values) / len(values)
+    return float("nan")
+
+
 def auto_target(runs: dict) -> Optional[float]:
     bests = [max((e["eval_accuracy"] for e in r["evals"] if e["step"] > 0), default=None) for r in runs.values()]
     bests = [b for b in bests if b is not None]
@@ -101,6 +118,7 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
         "tokens_discarded": tokens["discarded"],
         "tokens_generated": tokens["generated"],
         "useful_token_share": share,
+        "trained_reward_mean": _trained_reward_mean(steps),
         # The mechanism behind a speedup, measurable even when accuracy has not moved yet:
         # tokens of groups that carry a gradient, per second of training clock.
         "useful_tokens_per_s": share * tokens["generated"] / wall if wall else float("nan"),
@@ -119,25 +137,29 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
     }
 
 
-def speedups(summary: dict, ours: str = "speed", baselines=("uniform", "dapo")) -> dict:
-    """time_to_target(baseline) / time_to_target(ours), for the baselines that were run."""
-    out = {}
-    t_ours = summary.get(ours, {}).get("time_to_target_s")
-    for b in baselines:
-        t_b = summary.get(b, {}).get("time_to_target_s")
-        if b in summary and ours in summary:
-            out[f"{ours}_over_{b}"] = (t_b / t_ours) if (t_b and t_ours) else None
-    return out
-
-
-def build_report(runs: dict, target: Optional[float], settings: Optional[dict] = None) -> dict:
-    chosen = target if target is not None else auto_target(runs)
-    summary = {name: run_summary(run, chosen) for name, run in runs.items()}
+def build_report(runs: dict, target: Optional[float], settings: Optional[dict] = None,
+                 groups: Optional[dict] = None, rule: Optional[str] = None) -> dict:
+    """The report of runs {run key: run}; groups maps a run key to its curriculum (default:
+    the key itself, one run each); rule is a --target_rule, exclusive with target."""
+    if target is not None and rule is not None:
+        raise ValueError("--target and --target_rule both given: a fixed target or a rule, not both")
+    groups = {key: (groups or {}).get(key, key) for key in runs}
+    auto = auto_target(runs) if target is None and rule is None else None
+    rule_info = None
+    if rule is not None:
+        rule_info = agg.uniform_gain_target({k: run_summary(r, None) for k, r in runs.items()}, groups,
+                                            agg.parse_target_rule(rule)[1])
+    chosen = target if target is not None else (rule_info["target"] if rule_info else auto)
+    run_rows = {key: {"curriculum": groups[key], **run_summary(run, chosen)} for key, run in runs.items()}
+    summary = agg.group(run_rows, groups)  # aggregate skips the text field "curriculum"
+    mode = "fixed" if target is not None else ("rule" if rule is not None else "auto")
     starts = [s["start_accuracy"] for s in summary.values() if not _nan(s["start_accuracy"])]
-    note = None
+    note, not_evidence = None, False
     if chosen is None:
-        note = "no target: some curriculum has no evaluation after step 0"
-    elif target is None and starts and chosen <= max(starts):
+        note = (rule_info or {}).get("note") or "no target: some run has no evaluation after step 0"
+    elif rule_info and rule_info["note"]:
+        note, not_evidence = rule_info["note"], True
+    elif mode == "auto" and starts and chosen <= max(starts):
         note = (f"auto target {chosen:.4f} is not above the step-0 accuracy ({max(starts):.4f}): not every curriculum "
                 "improved in this budget, so times to target are not meaningful; run longer (more --steps)")
     noise = max((2 * s["start_accuracy_se"] for s in summary.values() if not _nan(s["start_accuracy_se"])),
@@ -149,8 +171,10 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
         note = (f"target {chosen:.4f} is within two standard errors ({noise:.3f}) of the step-0 accuracy "
                 f"({max(starts):.4f}): reaching it can be evaluation noise, so times to target and speedups are not "
                 "evidence; evaluate on more prompts (--eval_prompts, --eval_k) or train longer (--steps)")
-    report = {"target_accuracy": chosen, "target_mode": "auto" if target is None else "fixed", "note": note,
-              "target_within_noise": bool(within_noise), "summary": summary, "speedups": speedups(summary)}
+    sp, sp_why = agg.speedups(summary)
+    report = {"target_accuracy": chosen, "target_mode": mode, "target_rule": rule_info, "note": note,
+              "target_within_noise": bool(within_noise or not_evidence), "summary": summary,
+              "runs_summary": run_rows, "speedups": sp, "speedup_notes": sp_why}
     report["claims"] = cl.check(report, settings)
     return report
 
@@ -163,30 +187,79 @@ def _fmt(x, spec: str, none: str = "not reached") -> str:
     return format(x, spec)
 
 
+def _count(x) -> str:
+    """A count, or the mean of counts over runs (3 or 3.5)."""
+    return "-" if x is None else (str(x) if isinstance(x, int) else f"{x:.1f}")
+
+
+def _time_cell(s: dict) -> str:
+    """Mean time to target [min-max]; 'k/R reached [min-max]' when not every run reached it,
+    so a mean over the lucky runs is never shown as the curriculum's."""
+    runs, reached = s.get("runs", 1), s.get("reached", int(s["time_to_target_s"] is not None))
+    spread = f" [{s['time_to_target_min']:.0f}-{s['time_to_target_max']:.0f}]" if runs > 1 and reached else ""
+    if reached == runs:
+        return f"{s['time_to_target_s']:.0f} s{spread}"
+    return "not reached" if reached == 0 and runs == 1 else f"{reached}/{runs} reached{spread}"
+
+
+def _acc_cell(s: dict) -> str:
+    if s.get("runs", 1) > 1:
+        return f"{_fmt(s['final_accuracy'], '.3f')} [{s['final_accuracy_min']:.3f}-{s['final_accuracy_max']:.3f}]"
+    return _fmt(s["final_accuracy"], ".3f")
+
+
+def _runs_table(report: dict) -> list:
+    """Each run's own row, when a curriculum has several."""
+    if all(s.get("runs", 1) == 1 for s in report["summary"].values()):
+        return []
+    rows = ["| run | curriculum | seed | time to target | steps to target | final acc | train time | "
+            "useful-token share | trained reward |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, r in report["runs_summary"].items():
+        rows.append(f"| {key} | {r['curriculum']} | {'-' if r.get('seed') is None else r['seed']} | "
+                    f"{_fmt(r['time_to_target_s'], '.0f')}{'' if r['time_to_target_s'] is None else ' s'} | "
+                    f"{_count(r['steps_to_target'])} | {_fmt(r['final_accuracy'], '.3f')} | "
+                    f"{r['train_wall_s']:.0f} s | {_fmt(r['useful_token_share'], '.2f')} | "
+                    f"{_fmt(r['trained_reward_mean'], '.3f')} |")
+    return ["", "each run:", "", *rows]
+
+
+def _target_line(report: dict) -> str:
+    how = report["target_mode"]
+    if report.get("target_rule"):
+        how = agg.rule_line(report["target_rule"]) or f"rule {report['target_rule']['rule']}: not computable"
+    return f"target accuracy {_fmt(report['target_accuracy'], '.4f', 'none')} ({how})"
+
+
 def table_markdown(report: dict) -> str:
-    rows = ["| curriculum | steps | time to target | steps to target | final acc | best acc | train time | "
-            "tokens screen/continue/full/discarded | useful-token share | gen tok/s | overhead |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| curriculum | runs | time to target mean [min-max] | steps to target | final acc mean [min-max] | "
+            "best acc | train time | tokens screen/continue/full/discarded | useful-token share | gen tok/s | "
+            "overhead |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in report["summary"].items():
-        ttt = _fmt(s["time_to_target_s"], ".0f")
         rows.append(
-            f"| {name} | {s['steps']} | {ttt if ttt == 'not reached' else ttt + ' s'} | "
-            f"{_fmt(s['steps_to_target'], 'd', '-')} | {_fmt(s['final_accuracy'], '.3f')} | "
+            f"| {name} | {s.get('runs', 1)} | {_time_cell(s)} | {_count(s['steps_to_target'])} | {_acc_cell(s)} | "
             f"{_fmt(s['best_accuracy'], '.3f')} | {s['train_wall_s']:.0f} s | "
             f"{s['tokens_screen']:.0f}/{s['tokens_continue']:.0f}/{s['tokens_full']:.0f}/{s['tokens_discarded']:.0f} | "
             f"{_fmt(s['useful_token_share'], '.2f')} | {_fmt(s['generation_tokens_per_s'], '.0f')} | "
             f"{_fmt(100 * s['curriculum_overhead_share'], '.2f')}% |"
         )
-    lines = [f"target accuracy {_fmt(report['target_accuracy'], '.4f', 'none')} ({report['target_mode']})", "", *rows]
-    sp = ", ".join(f"{k} " + ("n/a" if v is None else f"{v:.2f}x") for k, v in report["speedups"].items())
+    lines = [_target_line(report), "", *rows, *_runs_table(report)]
+    why = report.get("speedup_notes") or {}
+    sp = ", ".join(f"{k} " + (f"n/a ({why[k]})" if v is None and k in why else "n/a" if v is None else f"{v:.2f}x")
+                   for k, v in report["speedups"].items())
     if sp:
-        lines += ["", f"speedups (time to target): {sp}"]
+        many = any(s.get("runs", 1) > 1 for s in report["summary"].values())
+        lines += ["", f"speedups ({'mean ' if many else ''}time to target): {sp}"]
+    rewards = {n: s.get("trained_reward_mean", float("nan")) for n, s in report["summary"].items()}
+    if not all(_nan(v) for v in rewards.values()):
+        lines += ["", "mean reward of trained groups (the paper's Fig. 4 keeps SPEED's near 0.5): " +
+                  ", ".join(f"{n} {_fmt(v, '.3f')}" for n, v in rewards.items())]
     useful = {n: s["useful_tokens_per_s"] for n, s in report["summary"].items()}
     if not any(_nan(v) for v in useful.values()):
         lines += ["", "useful tokens per second of training clock (the mechanism of a speedup): " +
                   ", ".join(f"{n} {v:.1f}" for n, v in useful.items()) +
                   "; steps whose gradient was zero (every group's rewards equal): " +
-                  ", ".join(f"{n} {s['zero_gradient_steps']}" for n, s in report["summary"].items())]
+                  ", ".join(f"{n} {_count(s['zero_gradient_steps'])}" for n, s in report["summary"].items())]
     lines += ["", "mean seconds per step (" + " / ".join(p for p, _ in _PROFILE) + "): " +
               "; ".join(f"{n} " + " / ".join(_fmt(v, ".1f") for v in s["step_profile_s"].values())
                         for n, s in report["summary"].items())]
@@ -204,8 +277,15 @@ def table_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write_csv(runs: dict, path: str) -> None:
-    keys = ["curriculum", "event", "step", "train_wall_s", "eval_accuracy", "rollout/reward_mean",
+def _curricula(runs: dict, report: Optional[dict]) -> dict:
+    """{run key: curriculum} from the report (the key itself for reports of one run each)."""
+    rows = (report or {}).get("runs_summary") or {}
+    return {key: rows.get(key, {}).get("curriculum", key) for key in runs}
+
+
+def write_csv(runs: dict, path: str, report: Optional[dict] = None) -> None:
+    curricula = _curricula(runs, report)
+    keys = ["curriculum", "run", "event", "step", "train_wall_s", "eval_accuracy", "rollout/reward_mean",
             "speed/tokens_generated", "speed/useful_token_share_cum", "timing/generation", "timing/ppo_train",
             "timing_parts/curriculum_overhead"]
     with open(path, "w", newline="") as f:
@@ -213,7 +293,7 @@ def write_csv(runs: dict, path: str) -> None:
         w.writeheader()
         for name, run in runs.items():
             for rec in sorted(run["steps"] + run["evals"], key=lambda r: (r["step"], r.get("event") == "eval")):
-                w.writerow({"curriculum": name, **rec})
+                w.writerow({"curriculum": curricula[name], "run": name, **rec})
 
 
 def plot(runs: dict, report: dict, path: str) -> None:
@@ -223,14 +303,21 @@ def plot(runs: dict, report: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(11, 4.2))
+    curricula = _curricula(runs, report)
+    colours = {c: f"C{i}" for i, c in enumerate(dict.fromkeys(curricula.values()))}
+    labelled = set()
     for name, run in runs.items():
+        # One colour per curriculum, its runs as separate lines, one legend entry each.
+        c = curricula[name]
+        style = dict(marker="o", capsize=3, color=colours[c], label=None if c in labelled else c)
+        labelled.add(c)
         ev = sorted(run["evals"], key=lambda e: e["step"])
         acc = [e["eval_accuracy"] for e in ev]
         # +-1 binomial standard error: how far apart two points must be to mean anything.
         se = [0.0 if math.isnan(x) else x for x in
               (cl.binomial_se(e["eval_accuracy"], e.get("eval_num_samples", 0)) for e in ev)]
-        ax_t.errorbar([e["train_wall_s"] / 60 for e in ev], acc, yerr=se, marker="o", capsize=3, label=name)
-        ax_s.errorbar([e["step"] for e in ev], acc, yerr=se, marker="o", capsize=3, label=name)
+        ax_t.errorbar([e["train_wall_s"] / 60 for e in ev], acc, yerr=se, **style)
+        ax_s.errorbar([e["step"] for e in ev], acc, yerr=se, **style)
     target = report.get("target_accuracy")
     for ax in (ax_t, ax_s):
         if target is not None:
@@ -252,7 +339,7 @@ def write_all(out_dir: str, runs: dict, report: dict) -> dict:
              (("json", "results.json"), ("csv", "results.csv"), ("md", "summary.md"), ("png", "accuracy.png"))}
     with open(paths["json"], "w") as f:
         json.dump({**report, "runs": runs}, f, indent=1, default=str)
-    write_csv(runs, paths["csv"])
+    write_csv(runs, paths["csv"], report)
     with open(paths["md"], "w") as f:
         f.write(table_markdown(report) + "\n")
     plot(runs, report, paths["png"])

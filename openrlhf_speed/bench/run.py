@@ -11,8 +11,26 @@ evaluation on the training engines every `--eval_every` steps and before the fir
 After the runs, the engine's own throughput on the same kind of requests is measured with
 `openrlhf-speed evaluate` (all requests submitted at once: the engine's limit).
 
-Output folder: one sub-folder per curriculum (train.log, metrics.jsonl), engine.json,
-results.json (every figure, the command, versions), results.csv, summary.md, accuracy.png.
+Several seeds (`--runs R`): each curriculum runs R times with `--train.seed` = `--seed`,
+`--seed`+1, ...; everything else is identical. The report gives each curriculum's mean,
+its spread and how many runs reached the target (aggregate.py). The target is fixed
+(`--target X`), the best accuracy every run reached (default), or a rule fixed before the
+runs (`--target_rule uniform_gain:F`: step-0 accuracy + F x the uniform runs' gain).
+
+Output folder: one sub-folder per run (train.log, metrics.jsonl): `<curriculum>` with one
+run each, `<curriculum>-r<i>` (i from 1) with several; bench.json (the command, settings,
+runs, seeds and target rule, written before training), engine.json, results.json (every
+figure, the command, versions), results.csv, summary.md, accuracy.png.
+
+Presets (`--mode`; every flag below overrides its preset's value):
+
+    mode        model        runs  target               what for
+    tiny        default      1     auto                 CI: the whole path (runs, evals, report, plot) in minutes
+    quick       default      1     auto                 token accounting and the report on 2 CPU cores, not accuracy
+    full        default      1     auto                 the README figures on the embedded model (about 90 min on CPU)
+    proving     proving      2     uniform_gain:0.75    issue 13: time to accuracy on the proving-ground model, which
+                                                        learns in minutes; its own RL prompts and held-out split
+    proving-ci  proving-ci   1     auto                 CI: the proving-ground path end to end at its smallest
 """
 
 from __future__ import annotations
@@ -27,6 +45,7 @@ import subprocess
 import sys
 import time
 
+from openrlhf_speed.bench import aggregate as agg
 from openrlhf_speed.bench import report as rep
 
 # B prompts x N responses, response limit, steps, eval period, held-out prompts x samples.
@@ -42,7 +61,22 @@ PRESETS = {
     # --steps, --batch and --n towards the paper's (B=256 x N=24 on DAPO-17k).
     "full": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=16, eval_every=4, eval_prompts=64, eval_k=2,
                  n_train=1000, lr=1e-5),
+    # Issue 13: the proving-ground model (4M parameters, learns arithmetic from RL in minutes)
+    # on its own data, the whole held-out split (1200 prompts x 1 sample: a 2-s.e. band of
+    # about 0.03), two seeds per curriculum. n_train is unused: the data is the model's own.
+    "proving": dict(batch=16, n=16, n_init=4, max_new_tokens=64, steps=40, eval_every=10, eval_prompts=1200, eval_k=1,
+                    n_train=0, lr=1e-4),
+    # CI for the proving-ground path: its small variant, one seed, two steps.
+    "proving-ci": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=2, eval_every=1, eval_prompts=32, eval_k=1,
+                       n_train=0, lr=1e-4),
 }
+
+# What a mode chooses besides sizes; explicit flags (--model, --runs, --target, --target_rule) win.
+MODE_DEFAULTS = {
+    "proving": dict(model="proving", runs=2, target_rule="uniform_gain:0.75"),
+    "proving-ci": dict(model="proving-ci", runs=1),
+}
+DEFAULTS = dict(model="default", runs=1, target_rule=None)
 
 CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--speed.strategy", "dapo"]}
 
@@ -54,11 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curricula", default="uniform,dapo,speed",
                    help="comma-separated --speed.strategy values; the speedups compare 'speed' with 'uniform'/'dapo'")
     p.add_argument("--out", default=None, help="output folder (default: runs/bench_<mode>_<time>)")
-    p.add_argument("--model", default="default", help="'default' (embedded SmolLM2-135M-Instruct) or a local HF folder")
+    p.add_argument("--model", default=None,
+                   help="'default' (embedded SmolLM2-135M-Instruct), a proving-ground alias ('proving', 'proving-ci') "
+                   "or a local HF folder (default: the mode's, see the table above)")
     p.add_argument("--prompt_data", default=None, help="training jsonl (prompt/answer); default: embedded train split")
     p.add_argument("--eval_data", default=None, help="held-out jsonl (prompt/answer); default: embedded test split")
     p.add_argument("--target", type=float, default=None, help="target accuracy (default: auto, see report.py)")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--target_rule", default=None,
+                   help="uniform_gain:F, F in (0, 1]: target = mean step-0 accuracy + F x (mean final accuracy of the "
+                   "uniform runs - that start), fixed before the runs (default: the mode's; not with --target)")
+    p.add_argument("--runs", type=int, default=None,
+                   help="runs per curriculum, seeds --seed, --seed+1, ... (default: the mode's)")
+    p.add_argument("--seed", type=int, default=42, help="seed of each curriculum's first run")
     p.add_argument("--vllm_engines", type=int, default=1)
     for key in ("steps", "eval_every", "batch", "n", "n_init", "max_new_tokens", "eval_prompts", "eval_k", "n_train"):
         p.add_argument(f"--{key}", type=int, default=None, help=f"override the preset's {key}")
@@ -74,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args) -> dict:
+    """The preset's sizes with the flags' overrides; fills the mode's other defaults into args
+    (resolve_mode) so that everything downstream sees one resolved set of flags."""
+    resolve_mode(args)
     s = dict(PRESETS[args.mode])
     for key in list(s):
         if getattr(args, key, None) is not None:
@@ -82,6 +126,28 @@ def _settings(args) -> dict:
         raise SystemExit(f"openrlhf-speed bench: error: --steps ({s['steps']}) must be a multiple of --eval_every "
                          f"({s['eval_every']}) so that every run ends on an evaluation")
     return s
+
+
+def resolve_mode(args):
+    """Fill --model, --runs and --target_rule left out with the mode's defaults, and check
+    them; returns args. A mode's target rule gives way to an explicit --target. Idempotent."""
+    explicit_target, explicit_rule = args.target is not None, args.target_rule is not None
+    if explicit_target and explicit_rule:
+        raise SystemExit("openrlhf-speed bench: error: --target and --target_rule both given; pass one: a fixed "
+                         "target accuracy or a rule that computes it")
+    mode = {**DEFAULTS, **MODE_DEFAULTS.get(args.mode, {})}
+    args.model = args.model if args.model is not None else mode["model"]
+    args.runs = args.runs if args.runs is not None else mode["runs"]
+    if not explicit_target and not explicit_rule and not args.report_only:  # else the folder's own (bench.json)
+        args.target_rule = mode["target_rule"]
+    if args.runs < 1:
+        raise SystemExit(f"openrlhf-speed bench: error: --runs {args.runs}: need at least 1 run per curriculum")
+    if args.target_rule is not None:
+        try:
+            agg.parse_target_rule(args.target_rule)
+        except ValueError as e:
+            raise SystemExit(f"openrlhf-speed bench: error: {e}") from None
+    return args
 
 
 def _subset(src: str, dst: str, n: int) -> str:
@@ -95,19 +161,28 @@ def _subset(src: str, dst: str, n: int) -> str:
 
 
 def _data(args, s: dict, out: str) -> tuple[str, str]:
+    """(train jsonl, held-out subset jsonl): the flags' files, else the proving ground's own
+    RL prompts for its models (they know no other prompt format), else the embedded data."""
+    from openrlhf_speed import proving
+
     train, test = args.prompt_data, args.eval_data
     if train is None or test is None:
-        from openrlhf_speed.data.embedded import ensure_embedded_dataset
+        if proving.is_proving(args.model):
+            d_train, d_test = proving.data_paths(args.model)  # builds the model on first use
+        else:
+            from openrlhf_speed.data.embedded import ensure_embedded_dataset
 
-        e_train, e_test = ensure_embedded_dataset(n_train=s["n_train"])
-        train, test = train or e_train, test or e_test
+            d_train, d_test = ensure_embedded_dataset(n_train=s["n_train"])
+        train, test = train or d_train, test or d_test
     for path, flag in ((train, "--prompt_data"), (test, "--eval_data")):
         if not os.path.isfile(path):
             raise SystemExit(f"openrlhf-speed bench: error: {flag} {path} does not exist")
     return train, _subset(test, os.path.join(out, "eval_prompts.jsonl"), s["eval_prompts"])
 
 
-def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str) -> list:
+def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str, seed: int | None = None) -> list:
+    """One `openrlhf-speed train` run of curriculum `name`; seed: --train.seed (default --seed)."""
+    seed = args.seed if seed is None else seed
     micro = min(s["batch"] * s["n"], 16)
     cmd = [
         sys.executable, "-m", "openrlhf_speed.cli.main", "train",
@@ -120,7 +195,7 @@ def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str)
         "--train.micro_batch_size", str(min(micro, 8)), "--train.max_steps", str(s["steps"]),
         "--train.num_episodes", str(args.epochs),
         "--rollout.max_new_tokens", str(s["max_new_tokens"]), "--data.max_len", str(512 + s["max_new_tokens"]),
-        "--rollout.temperature", "1.0", "--train.seed", str(args.seed),
+        "--rollout.temperature", "1.0", "--train.seed", str(seed),
         "--actor.adam.lr", str(s["lr"]), "--actor.lr_warmup_ratio", "0",
         "--data.prompt_dataset", train, "--data.input_key", "prompt", "--data.label_key", "answer",
         "--data.apply_chat_template",
@@ -200,6 +275,40 @@ def _sigterm_as_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _train_all(args, s: dict, plan: list, train: str, test: str, out: str) -> None:
+    """Every run of the plan, one after the other; the first failure stops the benchmark."""
+    for i, r in enumerate(plan):
+        run_dir = os.path.join(out, r["key"])
+        os.makedirs(run_dir, exist_ok=True)
+        if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+            os.remove(os.path.join(run_dir, "metrics.jsonl"))  # a rerun starts a fresh log
+        which = f"{r['curriculum']}" + (f" run {r['run']}/{r['runs']}" if r["runs"] > 1 else "")
+        head = f"[bench] ({i + 1}/{len(plan)}) {which}"
+        t0 = time.time()
+        print(f"{head} (seed {r['seed']}): training ...", flush=True)
+        cmd = train_command(r["curriculum"], s, args, train, test, run_dir, seed=r["seed"])
+        rc = _run_logged(cmd, os.path.join(run_dir, "train.log"), r["key"])
+        if rc != 0:
+            raise SystemExit(f"openrlhf-speed bench: error: the {which} run failed (exit {rc}); see "
+                             f"{os.path.join(run_dir, 'train.log')}. Finished runs stay in {out}; rebuild their "
+                             "report with --report_only.")
+        print(f"{head}: done in {time.time() - t0:.0f}s", flush=True)
+
+
+def _plan_of(meta: dict) -> list:
+    """The runs a bench.json names; folders from before --runs have one run per curriculum."""
+    if meta.get("plan"):
+        return meta["plan"]
+    return [{"key": c, "curriculum": c, "run": 1, "runs": 1, "seed": None} for c in meta["curricula"]]
+
+
+def _report_target(args, meta: dict) -> tuple:
+    """(target, rule) for the report: the flags' when given, else those fixed in bench.json."""
+    if args.target is not None or args.target_rule is not None:
+        return args.target, args.target_rule
+    return meta.get("target"), meta.get("target_rule")
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
@@ -208,43 +317,44 @@ def main(argv=None) -> int:
     curricula = [c.strip() for c in args.curricula.split(",") if c.strip()]
     if not curricula:
         raise SystemExit("openrlhf-speed bench: error: --curricula is empty")
+    if args.target_rule is not None and "uniform" not in curricula and not args.report_only:
+        raise SystemExit(f"openrlhf-speed bench: error: --target_rule {args.target_rule} measures the uniform runs' "
+                         "gain: add uniform to --curricula, or pass a fixed --target")
     os.makedirs(out, exist_ok=True)
     meta_path = os.path.join(out, "bench.json")
     if not args.report_only:
         train, test = _data(args, s, out)
+        plan = agg.run_plan(curricula, args.runs, args.seed)
+        # The target (or its rule) is recorded before any run: chosen after seeing the
+        # curves, it could be picked to favour one curriculum.
         with open(meta_path, "w") as f:
             json.dump({"command": shlex.join(["openrlhf-speed", "bench", *(argv or sys.argv[1:])]), "settings": s,
-                       "curricula": curricula, "versions": _versions(), "train_data": train, "eval_data": test}, f,
-                      indent=1)
-        print(f"[bench] {len(curricula)} curricula x {s['steps']} steps (B={s['batch']} N={s['n']}, eval every "
-              f"{s['eval_every']} on {s['eval_prompts']} prompts x {s['eval_k']}) -> {out}", flush=True)
-        for i, name in enumerate(curricula):
-            run_dir = os.path.join(out, name)
-            os.makedirs(run_dir, exist_ok=True)
-            if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
-                os.remove(os.path.join(run_dir, "metrics.jsonl"))  # a rerun starts a fresh log
-            t0 = time.time()
-            print(f"[bench] ({i + 1}/{len(curricula)}) {name}: training ...", flush=True)
-            rc = _run_logged(train_command(name, s, args, train, test, run_dir), os.path.join(run_dir, "train.log"),
-                             name)
-            if rc != 0:
-                raise SystemExit(f"openrlhf-speed bench: error: the {name} run failed (exit {rc}); see "
-                                 f"{os.path.join(run_dir, 'train.log')}. Finished runs stay in {out}; rebuild their "
-                                 "report with --report_only.")
-            print(f"[bench] ({i + 1}/{len(curricula)}) {name}: done in {time.time() - t0:.0f}s", flush=True)
+                       "curricula": curricula, "model": args.model, "runs": args.runs, "seed": args.seed,
+                       "seeds": [args.seed + i for i in range(args.runs)], "plan": plan, "target": args.target,
+                       "target_rule": args.target_rule, "versions": _versions(), "train_data": train,
+                       "eval_data": test}, f, indent=1)
+        target = args.target_rule or (args.target if args.target is not None else "auto")
+        print(f"[bench] {len(curricula)} curricula x {args.runs} run(s) x {s['steps']} steps (B={s['batch']} "
+              f"N={s['n']}, eval every {s['eval_every']} on {s['eval_prompts']} prompts x {s['eval_k']}, target "
+              f"{target}) -> {out}", flush=True)
+        _train_all(args, s, plan, train, test, out)
         engine = None if args.skip_engine else _engine_throughput(args, s, train, out)
         with open(os.path.join(out, "engine_result.json"), "w") as f:
             json.dump(engine, f)
     with open(meta_path) as f:
         meta = json.load(f)
-    runs = {}
-    for name in meta["curricula"]:
-        path = os.path.join(out, name, "metrics.jsonl")
+    runs, groups, seeds = {}, {}, {}
+    for r in _plan_of(meta):
+        path = os.path.join(out, r["key"], "metrics.jsonl")
         if os.path.isfile(path):
-            runs[name] = rep.load_run(path)
+            runs[r["key"]] = rep.load_run(path)
+            groups[r["key"]], seeds[r["key"]] = r["curriculum"], r["seed"]
     if not runs:
         raise SystemExit(f"openrlhf-speed bench: error: no run logs (*/metrics.jsonl) in {out}")
-    report = rep.build_report(runs, args.target, meta.get("settings"))
+    target, rule = _report_target(args, meta)
+    report = rep.build_report(runs, target, meta.get("settings"), groups=groups, rule=rule)
+    for key, seed in seeds.items():
+        report["runs_summary"][key]["seed"] = seed
     engine_path = os.path.join(out, "engine_result.json")
     report["engine"] = json.load(open(engine_path)) if os.path.isfile(engine_path) else None
     report.update(command=meta["command"], versions=meta["versions"], settings=meta["settings"])

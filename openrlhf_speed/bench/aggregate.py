@@ -1,0 +1,170 @@
+"""Several runs per curriculum (`--runs R`, seeds `--seed`, `--seed+1`, ...) folded into one
+row each, and the target rule fixed before the runs (`--target_rule uniform_gain:F`).
+
+Why aggregate at all: on a small model one run's time to target moves with its seed by as
+much as the curricula differ, so a speedup from one seed each can be luck. The row of a
+curriculum is the mean of its runs' figures with the spread (min, max) of the two that
+decide the benchmark (time to target, final accuracy), and how many runs reached the
+target: a mean over the runs that reached it would hide the ones that did not, so the
+mean time is only given when every run reached it ("1/2 reached" otherwise).
+
+Standard errors of a mean over R runs of different seeds combine as independent
+estimates: sqrt(sum se^2) / R. The step-0 evaluations of different curricula are not
+independent (the same model, prompts and seed when R == 1), so the target rule counts the
+start's error over the R seeds only, not over every run: the conservative choice.
+
+Pure functions of run summaries (report.run_summary), so they are tested without training.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Optional
+
+RULE_KINDS = ("uniform_gain",)
+
+
+def run_key(curriculum: str, index: int, runs: int) -> str:
+    """The folder (and report key) of run `index` (from 1) of a curriculum: the bare name
+    when there is one run per curriculum, so single-run folders stay as they were."""
+    return curriculum if runs == 1 else f"{curriculum}-r{index}"
+
+
+def run_plan(curricula: list, runs: int, seed: int) -> list:
+    """Every run in order (curriculum by curriculum), with its key and seed: run i of every
+    curriculum gets seed + i - 1, so curricula are compared seed for seed."""
+    return [{"key": run_key(name, i, runs), "curriculum": name, "run": i, "runs": runs, "seed": seed + i - 1}
+            for name in curricula for i in range(1, runs + 1)]
+
+
+def parse_target_rule(text: str) -> tuple[str, float]:
+    """('uniform_gain', F) from 'uniform_gain:F'; a ValueError that names the flag otherwise."""
+    kind, sep, value = (text or "").partition(":")
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = float("nan")
+    if kind not in RULE_KINDS or not sep or not 0.0 < fraction <= 1.0:
+        raise ValueError(f"--target_rule {text!r} is not understood: use uniform_gain:F with F in (0, 1], e.g. "
+                         "uniform_gain:0.75 (target = step-0 accuracy + F x the uniform runs' gain)")
+    return kind, fraction
+
+
+def _nan(x) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _mean(values: list):
+    """Mean; an int when every value is the same int (a step count stays a count)."""
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values) and len(set(values)) == 1:
+        return values[0]
+    return float(sum(values)) / len(values) if values else float("nan")
+
+
+def _se_of_mean(ses: list) -> float:
+    return math.sqrt(sum(se * se for se in ses)) / len(ses) if ses else float("nan")
+
+
+def aggregate(summaries: list) -> dict:
+    """One curriculum's row from its runs' summaries: means (per part for dicts such as the
+    step profile), standard errors of the means, and the spread and count of the target."""
+    n = len(summaries)
+    out = {}
+    for key, first in summaries[0].items():
+        values = [s[key] for s in summaries]
+        if key in ("time_to_target_s", "steps_to_target"):
+            continue
+        if isinstance(first, dict):
+            out[key] = {part: _mean([v[part] for v in values]) for part in first}
+        elif key.endswith("_se"):
+            out[key] = _se_of_mean(values)
+        elif all(isinstance(v, (int, float)) for v in values):
+            out[key] = _mean(values)
+    times = [s["time_to_target_s"] for s in summaries if s["time_to_target_s"] is not None]
+    steps = [s["steps_to_target"] for s in summaries if s["steps_to_target"] is not None]
+    everyone = len(times) == n
+    out.update(
+        runs=n,
+        reached=len(times),
+        # The mean only when every run reached the target: see the module docstring.
+        time_to_target_s=_mean(times) if everyone and times else None,
+        steps_to_target=_mean(steps) if everyone and steps else None,
+        time_to_target_min=min(times) if times else None,
+        time_to_target_max=max(times) if times else None,
+        final_accuracy_min=min(s["final_accuracy"] for s in summaries),
+        final_accuracy_max=max(s["final_accuracy"] for s in summaries),
+    )
+    return out
+
+
+def group(run_summaries: dict, groups: dict) -> dict:
+    """{curriculum: aggregate of its runs}, curricula in the order of their first run."""
+    members = {}
+    for key, summary in run_summaries.items():
+        members.setdefault(groups.get(key, key), []).append(summary)
+    return {name: aggregate(rows) for name, rows in members.items()}
+
+
+def speedups(summary: dict, ours: str = "speed", baselines=("uniform", "dapo")) -> tuple[dict, dict]:
+    """({'ours_over_b': mean time of b / mean time of ours or None}, {same key: why None}).
+    A speedup needs every run of both curricula to have reached the target."""
+    out, why = {}, {}
+    if ours not in summary:
+        return out, why
+    for b in baselines:
+        if b not in summary:
+            continue
+        key = f"{ours}_over_{b}"
+        t_b, t_ours = summary[b]["time_to_target_s"], summary[ours]["time_to_target_s"]
+        out[key] = (t_b / t_ours) if (t_b and t_ours) else None
+        if out[key] is None:
+            missed = [f"{c} {summary[c]['reached']}/{summary[c]['runs']} runs reached the target" for c in (b, ours)
+                      if summary[c]["reached"] < summary[c]["runs"]]
+            why[key] = "; ".join(missed) if missed else "a curriculum reached the target at step 0, in 0 s"
+    return out, why
+
+
+def uniform_gain_target(run_summaries: dict, groups: dict, fraction: float, baseline: str = "uniform") -> dict:
+    """The rule's arithmetic: target = mean step-0 accuracy over all runs + fraction x (mean
+    final accuracy of the baseline's runs - that start). 'note' says why the target is no
+    evidence (None when it is); 'target' is None when the rule cannot be applied."""
+    rule = f"{RULE_KINDS[0]}:{fraction:g}"
+    base = [s for k, s in run_summaries.items() if groups.get(k, k) == baseline]
+    info = {"rule": rule, "fraction": fraction, "target": None, "note": None}
+    if not base:
+        info["note"] = f"the target rule {rule} needs {baseline} runs: add {baseline} to --curricula"
+        return info
+    starts = [s["start_accuracy"] for s in run_summaries.values()]
+    finals = [s["final_accuracy"] for s in base]
+    if any(_nan(x) for x in starts + finals):
+        info["note"] = (f"the target rule {rule} needs a step-0 and a final evaluation of every run; some run has "
+                        "none (was --eval.at_start turned off, or did a run stop early?)")
+        return info
+    seeds = max(Counter(groups.get(k, k) for k in run_summaries).values())  # runs per curriculum
+    start_ses = [s["start_accuracy_se"] for s in run_summaries.values()]
+    start = sum(starts) / len(starts)
+    start_se = math.sqrt(sum(se * se for se in start_ses) / len(start_ses) / seeds)
+    final = sum(finals) / len(finals)
+    final_se = _se_of_mean([s["final_accuracy_se"] for s in base])
+    gain, gain_se = final - start, math.hypot(start_se, final_se)
+    info.update(start=start, start_se=start_se, baseline_final=final, baseline_final_se=final_se, gain=gain,
+                gain_se=gain_se, target=start + fraction * gain)
+    if gain <= 0:
+        info["note"] = (f"the {baseline} runs did not improve (mean final accuracy {final:.4f} vs step-0 {start:.4f}): "
+                        f"the rule's target {info['target']:.4f} is not above the start, so times to target and "
+                        "speedups are not evidence; train longer (--steps) or with a larger --lr")
+    elif not _nan(gain_se) and gain <= 2 * gain_se:
+        info["note"] = (f"the {baseline} runs' gain {gain:.4f} is within two standard errors ({2 * gain_se:.3f}) of "
+                        f"the step-0 accuracy ({start:.4f}): the rule's target can be reached by evaluation noise, so "
+                        "times to target and speedups are not evidence; evaluate on more prompts (--eval_prompts, "
+                        "--eval_k), run more seeds (--runs) or train longer (--steps)")
+    return info
+
+
+def rule_line(info: Optional[dict]) -> str:
+    """How the rule's target was computed, for the report's first line."""
+    if not info or info.get("target") is None:
+        return ""
+    return (f"rule {info['rule']}: step-0 {info['start']:.4f} + {info['fraction']:g} x uniform gain "
+            f"{info['gain']:.4f} (final {info['baseline_final']:.4f})")
