@@ -48,7 +48,7 @@ def llama_config(v: Variant):
     return LlamaConfig(
         vocab_size=VOCAB_SIZE, hidden_size=v.hidden, intermediate_size=v.intermediate,
         num_hidden_layers=v.layers, num_attention_heads=v.heads, num_key_value_heads=v.heads, head_dim=64,
-        max_position_embeddings=512, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+        max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
         torch_dtype="float32", **special_ids(),
     )
 
