@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-gpu check-gpu-resolve train test test-fast test-extra test-all clean
+.PHONY: setup setup-gpu check-gpu-resolve train proving bench-proving test test-fast test-extra test-all clean
 setup:
 	bash scripts/bootstrap.sh
 
@@ -20,11 +20,18 @@ check-gpu-resolve: setup
 train: setup
 	bash examples/scripts/train_speed_rloo_smollm2_cpu.sh
 
+# The proving-ground model (issue 13): built once into the cache, then its time-to-accuracy benchmark.
+proving: setup
+	$(VENV)/bin/openrlhf-speed proving-ground build
+
+bench-proving: setup
+	$(VENV)/bin/openrlhf-speed bench --mode proving
+
 # Default test run: unit + property tests and the short CPU end-to-end runs (slow marker).
 test: setup
 	$(PY) -m pytest -m "not e2e_long and not e2e_extra" -q
 
-# Slower end-to-end runs (two algorithm steps, tiny benchmark, two-node Ray cluster, Megatron step): CI runs them after `make test`.
+# Slower end-to-end runs (two algorithm steps, the proving-ground benchmark at CI size, two-node Ray cluster, Megatron step): CI runs them after `make test`.
 test-extra: setup
 	$(PY) -m pytest -m "e2e_extra" -q
 

@@ -1,8 +1,11 @@
-"""`openrlhf-speed bench` end to end at its smallest size: three real training runs
-(uniform RLOO, DAPO filtering, SPEED-RLOO) with held-out evaluations, the engine's own
-throughput, and the report a user reads (table, CSV, JSON, plot)."""
+"""`openrlhf-speed bench` end to end at its smallest size, on the proving-ground model built
+from scratch (issue 13's CI version): the model build, three real training runs (uniform
+RLOO, DAPO filtering, SPEED-RLOO) with held-out evaluations, the engine's own throughput, and
+the report a user reads (table, CSV, JSON, plot). It asserts no learning and no speedup: two
+steps of a model that was taught for seconds prove the pipeline, not the curriculum."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -11,12 +14,16 @@ from _util import openrlhf_speed_cmd
 pytestmark = pytest.mark.e2e_extra
 
 
-def test_tiny_bench_reports_every_curriculum(tmp_path):
+def test_proving_ci_bench_builds_the_model_and_reports_every_curriculum(tmp_path):
     out = tmp_path / "bench"
-    proc = subprocess.run([*openrlhf_speed_cmd(), "bench", "--mode", "tiny", "--out", str(out)],
-                          capture_output=True, text=True, timeout=2400)
+    # A cache of its own: the proving-ground model is built by this run, as on a fresh machine.
+    env = dict(os.environ, OPENRLHF_SPEED_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([*openrlhf_speed_cmd(), "bench", "--mode", "proving-ci", "--steps", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=2400, env=env)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
+    assert "[proving] building the 'ci' proving-ground model" in log and "start model, 8 samples per prompt" in log
+    assert (tmp_path / "cache" / "models" / "proving-ci-v1" / "build.json").is_file()
     # One progress line per evaluation and step, per curriculum.
     for name in ("uniform", "dapo", "speed"):
         assert f"[bench {name}] eval step 0 | accuracy" in log and f"[bench {name}] step 1 |" in log, log[-3000:]
@@ -26,7 +33,7 @@ def test_tiny_bench_reports_every_curriculum(tmp_path):
     for name, s in results["summary"].items():
         run = results["runs"][name]
         assert [e["step"] for e in run["evals"]] == [0, 1]
-        assert all(0.0 <= e["eval_accuracy"] <= 1.0 and e["eval_num_samples"] == 8 * 2 for e in run["evals"])
+        assert all(0.0 <= e["eval_accuracy"] <= 1.0 and e["eval_num_samples"] == 32 * 1 for e in run["evals"])
         assert s["steps"] == 1 and s["train_wall_s"] > 0 and s["tokens_generated"] > 0
         # The training clock excludes the evaluations.
         assert s["train_wall_s"] < run["steps"][0]["timing/step_total"] + 60
