@@ -28,7 +28,7 @@ from pathlib import Path
 from openrlhf_speed.data.arithmetic import get_level, shot_keys
 from openrlhf_speed.data.build import apportion, generate_splits, make_row
 from openrlhf_speed.models.default_model import cache_root
-from openrlhf_speed.proving.recipe import LEVELS, RL_MIX, SFT_MIX, Variant, get_variant
+from openrlhf_speed.proving.recipe import Variant, get_variant
 from openrlhf_speed.proving.tokenizer import VOCAB_SIZE, build_tokenizer, special_ids
 
 INSTRUCTION = "{question}"  # the bare question: the model knows no other instruction
@@ -54,7 +54,7 @@ def llama_config(v: Variant):
 
 
 def rl_splits(v: Variant, seed: int) -> dict:
-    return generate_splits(v.n_rl_train, v.n_test, RL_MIX, seed)
+    return generate_splits(v.n_rl_train, v.n_test, v.rl_weights, seed)
 
 
 def sft_stream(v: Variant, seed: int, excluded: set[str]):
@@ -63,7 +63,7 @@ def sft_stream(v: Variant, seed: int, excluded: set[str]):
     Repeats are allowed (the small levels have 25-81 problems); test keys and worked-example
     keys are not.
     """
-    per_level = apportion(1000, {k: SFT_MIX[k] for k in LEVELS})
+    per_level = apportion(1000, {k: w for k, w in v.sft_weights.items() if w > 0})
     order = [name for name, n in per_level.items() for _ in range(n)]
     rng = random.Random(f"openrlhf_speed.proving/sft/{seed}")
     while True:
@@ -188,7 +188,7 @@ def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: 
         tok.save_pretrained(str(tmp))
         counts = write_rl_data(v, splits, tmp / "data")
         build_info = {"variant": v.name, "seed": seed, "recipe": {k: val for k, val in vars(v).items() if k != "extra"},
-                      "sft_mix": SFT_MIX, "rl_mix": RL_MIX, "rl_rows": counts, "pass_table": table,
+                      "sft_mix": v.sft_weights, "rl_mix": v.rl_weights, "rl_rows": counts, "pass_table": table,
                       "build_seconds": round(time.time() - t0, 1), "torch_threads": torch.get_num_threads(), **info}
         with open(tmp / "build.json", "w") as f:
             json.dump(build_info, f, indent=1)

