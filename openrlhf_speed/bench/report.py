@@ -234,7 +234,7 @@ def table_markdown(report: dict) -> str:
     rows = ["| curriculum | runs | time to target mean [min-max] | steps to target | final acc mean [min-max] | "
             "best acc | train time | tokens screen/continue/full/discarded | useful-token share | gen tok/s | "
             "overhead |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in report["summary"].items():
         rows.append(
             f"| {name} | {s.get('runs', 1)} | {_time_cell(s)} | {_count(s['steps_to_target'])} | {_acc_cell(s)} | "

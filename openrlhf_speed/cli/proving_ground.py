@@ -42,5 +42,7 @@ def main(argv=None) -> int:
     info = json.loads((folder / "build.json").read_text())
     print(f"{folder}: {info['parameters'] / 1e6:.2f}M parameters, built in {info['build_seconds']:.0f}s "
           f"(supervised {info['sft_seconds']:.0f}s), RL prompts {info['rl_rows']}")
-    print(format_table(info["pass_table"]))
+    print("RL train prompts, " + format_table(info["pass_table"]))
+    if "held_out_pass_table" in info:
+        print("held-out prompts, " + format_table(info["held_out_pass_table"]))
     return 0

@@ -92,6 +92,22 @@ def test_runs_are_grouped_with_spread_and_reached_counts():
     assert "| speed | 2 | 1/2 reached [20-20] |" in table
     assert "| speed-r2 | speed | - | not reached |" in table  # each run's own row
     assert "mean reward of trained groups" in table and "speed 0.500" in table
+    _assert_tables_are_rectangular(table)
+
+
+def _assert_tables_are_rectangular(md: str) -> None:
+    """Every markdown table's header, separator and rows have the same number of cells."""
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    assert rows
+    blocks, current = [], []
+    for line in md.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line.count("|"))
+        elif current:
+            blocks.append(current)
+            current = []
+    for counts in blocks:
+        assert len(set(counts)) == 1, counts
 
 
 def test_speedup_needs_every_run_of_both_to_reach_the_target():
@@ -118,6 +134,7 @@ def test_single_runs_keep_their_shape():
     table = rep.table_markdown(report)
     assert "| uniform | 1 | 60 s | 2 | 0.500 |" in table and "each run:" not in table
     assert "trained reward" not in table  # no rollout/reward_mean logged
+    _assert_tables_are_rectangular(table)
 
 
 def test_target_rule_arithmetic():

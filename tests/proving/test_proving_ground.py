@@ -75,6 +75,17 @@ def test_build_records_its_recipe_and_a_pass_table(built):
     t = info["pass_table"]
     assert t["k"] == 2 and t["all"]["prompts"] == 6
     assert abs(t["all"]["never"] + t["all"]["some"] + t["all"]["always"] - 1) < 1e-6
+    assert info["held_out_pass_table"]["all"]["prompts"] == 6
+
+
+def test_show_prints_both_tables(built, monkeypatch, capsys):
+    from openrlhf_speed.cli import proving_ground
+    from openrlhf_speed.proving import build as pg
+
+    monkeypatch.setattr(pg, "model_dir", lambda variant: built)
+    assert proving_ground.main(["show", "--variant", "ci"]) == 0
+    out = capsys.readouterr().out
+    assert "RL train prompts, start model" in out and "held-out prompts, start model" in out
 
 
 def test_rl_data_keeps_the_held_out_split_out_of_training(built):
