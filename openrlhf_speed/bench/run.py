@@ -61,7 +61,7 @@ PRESETS = {
     # --steps, --batch and --n towards the paper's (B=256 x N=24 on DAPO-17k).
     "full": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=16, eval_every=4, eval_prompts=64, eval_k=2,
                  n_train=1000, lr=1e-5),
-    # Issue 13: the proving-ground model (4M parameters, learns arithmetic from RL in minutes)
+    # Issue 13: the proving-ground model (1.8M parameters, built to learn arithmetic from RL in minutes)
     # on its own data, the whole held-out split (1200 prompts x 1 sample: a 2-s.e. band of
     # about 0.03), two seeds per curriculum. n_train is unused: the data is the model's own.
     "proving": dict(batch=16, n=16, n_init=4, max_new_tokens=64, steps=40, eval_every=10, eval_prompts=1200, eval_k=1,

@@ -2,22 +2,20 @@
 or all of k samples (temperature 1.0, as RL samples), and the mean pass rate.
 
 This is what SPEED screens on, so it is what the issue's "25-40% never solved, 10-25% always
-solved" refers to. Sampling runs in-process with HF `generate` (the model is tiny); an answer
-counts when its last \\boxed{} holds the gold integer, the rule the training reward applies
-to integer answers.
+solved" refers to. Sampling runs in-process with HF `generate` (the model is tiny); responses
+are scored by the training reward itself (rewards/math_reward.py).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from openrlhf_speed.rewards.extract import extract_boxed, parse_plain_number
+from openrlhf_speed.rewards.math_reward import math_reward
 
 
 def correct(response: str, answer: int) -> bool:
-    got = extract_boxed(response)
-    value = parse_plain_number(got) if got is not None else None
-    return value is not None and value == answer
+    # The training reward itself, so the table and the RL reward never disagree on a response.
+    return math_reward(response, str(answer)).reward == 1.0
 
 
 def sample(model, tok, questions: list[str], k: int, max_new_tokens: int, seed: int, batch: int = 256) -> list[list[str]]:
