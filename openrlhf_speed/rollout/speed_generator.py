@@ -36,6 +36,17 @@ and the limits `--speed.reward_retries`, `--speed.reward_max_error_rate`).
 (scheduler calls, dispatch bookkeeping, trace writes, the progress bar), i.e. everything
 but waiting for engines and OpenRLHF's response-to-Experience conversion, which the plain
 generator does too. Drain time of the previous weight sync is included.
+Where the rest of the wait goes (`driver/*`, per batch window, drains included): the tokens
+and responses the engines returned (every one, also those regenerated for a reward error, so
+more than `speed/tokens_generated` then), `timing_parts/convert` (the conversion above) and
+`driver/outstanding_mean`, the responses outstanding on the engines while the driver waited,
+time-weighted: the batch the engines could work on (bench/driver.py compares it with raw vLLM).
+
+Trace (`--speed.trace_path`): "config" (the engines' settings), "prompt" (the text sent for a
+prompt index, once per process), "start" / "continue" / "regenerate" (one per dispatched
+request: prompt, n, the sampling fields), "scored", "batch", ...: enough to replay the same
+requests against raw vLLM (bench/driver.py). Older traces lack "config", "prompt",
+"continue" and the n/sampling fields; readers of "start" events see one per screening, as before.
 """
 
 import json
@@ -54,8 +65,20 @@ from openrlhf_speed.rewards.guard import DEFAULT_MAX_ERROR_RATE, DEFAULT_RETRIES
 from openrlhf_speed.rollout.checkpoint import resume_hint
 
 
+# Per-window counters of _collect, reported as these metrics (see the module docstring).
+COUNTS = {"tokens": "driver/tokens_returned", "responses": "driver/responses_returned",
+          "convert_s": "timing_parts/convert", "wait_s": "driver/wait_s", "outstanding_s": None}
+
+
 class EngineDiedError(RuntimeError):
     """A vLLM engine failed mid-generation: the run stops (cli/train.py prints it as one line)."""
+
+
+def _sampling_fields(params: SamplingParams, max_length: int) -> dict:
+    """The trace's copy of a request's sampling parameters (plain JSON)."""
+    return {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
+            "top_k": params.top_k, "min_tokens": params.min_tokens, "logprobs": params.logprobs,
+            "skip_special_tokens": params.skip_special_tokens, "max_length": max_length}
 
 
 class SpeedSamplesGenerator(SamplesGenerator):
@@ -80,6 +103,10 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self._kwargs: dict = {}  # generate kwargs of the current step, for drain()
         self.max_steps = max_steps  # --train.max_steps: the run ends after this many batches
         self._overhead_s = 0.0  # driver time since the last batch, see the module docstring
+        self._counts = dict.fromkeys(COUNTS, 0.0)  # the driver/* figures since the last batch
+        self._traced_prompts: set = set()  # prompt indices whose text is in the trace already
+        if self._trace is not None:
+            self._log_config()
 
     # -- the OpenRLHF seam -------------------------------------------------------------
     @torch.no_grad()
@@ -105,6 +132,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self.last_metrics["timing_parts/curriculum_wait"] = time.time() - t0
         self.last_metrics["timing_parts/curriculum_overhead"] = self._overhead_s
         self.last_metrics.update(self.reward_guard.pop_metrics())
+        self.last_metrics.update(self.pop_counts())
         self._overhead_s = 0.0
         if batch.starvation_warning:
             print(f"[openrlhf-speed] WARNING {batch.starvation_warning}", flush=True)
@@ -122,6 +150,13 @@ class SpeedSamplesGenerator(SamplesGenerator):
         while self._pending:
             self._collect(self._kwargs)
         return time.time() - t0
+
+    def pop_counts(self) -> dict:
+        """The driver/* metrics since the last call (see COUNTS), and reset them."""
+        c, self._counts = self._counts, dict.fromkeys(COUNTS, 0.0)
+        out = {key: c[name] for name, key in COUNTS.items() if key}
+        out["driver/outstanding_mean"] = c["outstanding_s"] / c["wait_s"] if c["wait_s"] else float("nan")
+        return out
 
     # -- driving the scheduler ---------------------------------------------------------
     def _fill_batch(self, kwargs):
@@ -168,26 +203,36 @@ class SpeedSamplesGenerator(SamplesGenerator):
             engine = request.engine_hint
         elif engine is None:
             engine = min(range(len(self.vllm_engines)), key=lambda i: (self._engine_load[i], i))
+        params, max_length = self._sampling_params(kwargs), kwargs.get("max_len", 2048)
         ref = self.vllm_engines[engine].generate_responses.remote(
             prompt=self.prompts[request.prompt_index],
             label=self.labels[request.prompt_index],
-            sampling_params=self._sampling_params(kwargs),
-            max_length=kwargs.get("max_len", 2048),
+            sampling_params=params,
+            max_length=max_length,
             hf_tokenizer=self.tokenizer,
             num_samples=n,
         )
         self._pending[ref] = (request, engine, self.policy_version, list(kept), attempt)
         self._engine_load[engine] += n
+        if self._trace is None:
+            return
+        if request.prompt_index not in self._traced_prompts:
+            self._traced_prompts.add(request.prompt_index)
+            self._log("prompt", prompt=request.prompt_index, text=self.prompts[request.prompt_index])
+        fields = dict(prompt=request.prompt_index, phase=request.phase, n=n, engine=engine,
+                      sampling=_sampling_fields(params, max_length))
         if attempt:
-            self._log("regenerate", prompt=request.prompt_index, phase=request.phase, n=n, attempt=attempt)
-        elif request.phase != "continue":
-            self._log("start", prompt=request.prompt_index, epoch=request.epoch, phase=request.phase, engine=engine)
+            self._log("regenerate", attempt=attempt, **fields)
+        else:  # "start" stays one per screening (older readers count them); a continuation is its own event
+            self._log("continue" if request.phase == "continue" else "start", epoch=request.epoch, **fields)
 
     def _collect(self, kwargs) -> None:
         """Wait for at least one request, then take every other one that is done too."""
+        outstanding, t_wait = sum(self._engine_load), time.perf_counter()
         ready, rest = ray.wait(list(self._pending), num_returns=1)
         if rest:
             ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        waited = time.perf_counter() - t_wait
         for ref in ready:
             request, engine, version, kept, attempt = self._pending.pop(ref)
             try:
@@ -195,10 +240,16 @@ class SpeedSamplesGenerator(SamplesGenerator):
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
                 raise self._engine_died(engine, request, e) from e
             self._engine_load[engine] -= len(outputs)
-            experiences = [self._process_response_into_experience(o, **kwargs) for o in outputs]
             t0 = time.perf_counter()
+            experiences = [self._process_response_into_experience(o, **kwargs) for o in outputs]
+            t1 = time.perf_counter()
+            self._counts["convert_s"] += t1 - t0
+            self._counts["tokens"] += sum(int(e.response_length[0]) for e in experiences)
+            self._counts["responses"] += len(experiences)
             self._take_scored(request, engine, version, kept, attempt, experiences, kwargs)
-            self._overhead_s += time.perf_counter() - t0
+            self._overhead_s += time.perf_counter() - t1
+        self._counts["wait_s"] += waited
+        self._counts["outstanding_s"] += outstanding * waited
 
     def _engine_died(self, engine: int, request, error: Exception) -> EngineDiedError:
         """The error that stops the run when an engine fails (vLLM's EngineDeadError when its
@@ -264,6 +315,16 @@ class SpeedSamplesGenerator(SamplesGenerator):
         sched = state["scheduler"]
         self._log("restore", buffer=[s["prompt_index"] for s in sched["ready"]],
                   inflight=[s["prompt_index"] for s in sched["inflight"]])
+
+    def _log_config(self) -> None:
+        """What a replay needs to build the same engine (bench/driver.py, cli/replay.py)."""
+        a = self.args
+        dtype = str(ray.get(self.vllm_engines[0].model_dtype.remote())).replace("torch.", "")
+        self._log("config", model=a.actor.model_name_or_path, num_engines=len(self.vllm_engines), dtype=dtype,
+                  seed=a.train.seed, max_model_len=a.data.max_len, enforce_eager=a.vllm.enforce_eager,
+                  enable_prefix_caching=a.vllm.enable_prefix_caching,
+                  gpu_memory_utilization=a.vllm.gpu_memory_utilization,
+                  logprobs_mode="processed_logprobs" if a.algo.advantage.is_correction_level != "off" else None)
 
     def _log(self, event: str, **fields) -> None:
         if self._trace is not None:

@@ -1,0 +1,97 @@
+"""The SPEED driver's trace holds every request it dispatches, in a form the raw-vLLM replay
+reads back (bench/driver.py), and `_collect` counts what the engines returned (the driver/*
+metrics). Drives `_dispatch` and `_collect` against the real Scheduler with a fake engine
+and Ray's wait/get replaced: no Ray or vLLM runs."""
+
+import json
+import time
+from types import SimpleNamespace as NS
+
+import pytest
+import ray
+import torch
+
+from openrlhf_speed.bench.driver import replay_requests
+from openrlhf_speed.curriculum import Scheduler, SpeedConfig
+from openrlhf_speed.rewards.guard import RewardGuard
+from openrlhf_speed.rollout.speed_generator import COUNTS, SpeedSamplesGenerator
+
+KWARGS = {"max_new_tokens": 8, "temperature": 0.9, "top_p": 1.0, "max_len": 64}
+
+
+class FakeEngine:
+    def __init__(self):
+        self.sent = []  # (ref, num_samples) per generate_responses call
+        self.generate_responses = NS(remote=self._generate)
+        self.model_dtype = NS(remote=lambda: torch.float32)
+
+    def _generate(self, **kw):
+        ref = f"ref{len(self.sent)}"
+        self.sent.append((ref, kw["num_samples"]))
+        return ref
+
+
+@pytest.fixture
+def gen(tmp_path, monkeypatch):
+    g = SpeedSamplesGenerator.__new__(SpeedSamplesGenerator)
+    g.prompts, g.labels, g.tokenizer = ["Q: 1+1\nA:", "Q: 2+2\nA:"], ["2", "4"], None
+    g.scheduler = Scheduler(num_prompts=2, config=SpeedConfig(n_samples_per_prompt=4, n_init=2, batch_prompts=1))
+    g.args = NS(algo=NS(advantage=NS(is_correction_level="token")), actor=NS(model_name_or_path="/m"),
+                train=NS(seed=7), data=NS(max_len=64),
+                vllm=NS(enforce_eager=True, enable_prefix_caching=False, gpu_memory_utilization=0.9))
+    g.vllm_engines, g._engine_load, g._pending = [FakeEngine()], [0], {}
+    g.policy_version, g._overhead_s, g.reward_guard = 0, 0.0, RewardGuard()
+    g._counts, g._traced_prompts = dict.fromkeys(COUNTS, 0.0), set()
+    g._trace = open(tmp_path / "trace.jsonl", "a")
+    monkeypatch.setattr(ray, "get", lambda ref: ref if not isinstance(ref, str) else [
+        {"ref": ref, "length": 5}] * dict(g.vllm_engines[0].sent)[ref])
+
+    def wait(refs, num_returns=1, timeout=None):
+        time.sleep(0.01)
+        return list(refs)[:num_returns], list(refs)[num_returns:]
+
+    monkeypatch.setattr(ray, "wait", wait)
+    g._process_response_into_experience = lambda o, **kw: NS(
+        rewards=torch.tensor([1.0 if o["ref"] != "ref1" else 0.0]), response_length=torch.tensor([o["length"]]),
+        info={})
+    g._log_config()
+    return g
+
+
+def test_every_dispatch_is_in_the_trace_with_what_a_replay_needs(gen, tmp_path):
+    for request in gen.scheduler.next_requests():  # two screenings of 2
+        gen._dispatch(request, KWARGS)
+    gen._collect(KWARGS)  # both scored: prompt 0 all correct (rejected), prompt 1 (rewards 0) rejected too
+    counts = gen.pop_counts()
+    assert (counts["driver/tokens_returned"], counts["driver/responses_returned"]) == (4 * 5, 4)
+    assert counts["driver/outstanding_mean"] == pytest.approx(4)  # one wait, 4 responses outstanding
+    assert counts["driver/wait_s"] > 0 and counts["timing_parts/convert"] >= 0
+    assert gen.pop_counts()["driver/tokens_returned"] == 0  # reset
+
+    gen._trace.flush()
+    events = [json.loads(line) for line in open(tmp_path / "trace.jsonl")]
+    assert [e["event"] for e in events[:5]] == ["config", "prompt", "start", "prompt", "start"]
+    assert events[0]["dtype"] == "float32" and events[0]["logprobs_mode"] == "processed_logprobs"
+    plan = replay_requests(str(tmp_path / "trace.jsonl"))
+    assert [(r["prompt"], r["n"], r["text"]) for r in plan["requests"]] == [
+        (p, n, gen.prompts[p]) for p, n in [(0, 2), (1, 2)]]
+    assert plan["requests"][0]["sampling"] == {"max_tokens": 8, "temperature": 0.9, "top_p": 1.0, "top_k": -1,
+                                               "min_tokens": 1, "logprobs": 1, "skip_special_tokens": False,
+                                               "max_length": 64}
+
+
+def test_a_continuation_is_its_own_event_and_start_stays_one_per_screening(gen, tmp_path):
+    request = gen.scheduler.next_requests()[0]
+    gen._dispatch(request, KWARGS)
+    gen._take_scored(request, 0, 0, [], 0, [NS(rewards=torch.tensor([r]), response_length=torch.tensor([3]), info={})
+                                            for r in (1.0, 0.0)], KWARGS)  # 1 of 2: qualifies
+    gen._pending.clear()
+    cont = [r for r in gen.scheduler.next_requests() if r.phase == "continue"]
+    assert len(cont) == 1
+    gen._dispatch(cont[0], KWARGS)
+    gen._trace.flush()
+    events = [json.loads(line) for line in open(tmp_path / "trace.jsonl")]
+    assert sum(e["event"] == "start" for e in events) == 1
+    assert sum(e["event"] == "prompt" for e in events) == 1  # the text once per prompt
+    (c,) = [e for e in events if e["event"] == "continue"]
+    assert (c["prompt"], c["n"], c["phase"], c["engine"]) == (request.prompt_index, 2, "continue", 0)
