@@ -68,6 +68,15 @@ def add_arguments(parser) -> None:
         "--ckpt.save_steps dividing it, the run can be resumed from there with --ckpt.load_enable.",
     )
     group.add_argument(
+        "--train.generation_only",
+        action="store_true",
+        default=False,
+        help="Measure the SPEED driver apart from training: every step generates its batch through the curriculum "
+        "exactly as in training, then skips experience making, PPO training and the weight sync (the policy never "
+        "changes). Step lines and --log.jsonl keep the generation wait, the driver's overhead and the tokens "
+        "generated; `openrlhf-speed bench --driver_steps` runs it and replays its --speed.trace_path on raw vLLM.",
+    )
+    group.add_argument(
         "--check.weight_sync",
         action="store_true",
         default=False,
@@ -182,6 +191,11 @@ def add_speed_arguments(parser) -> None:
 
 
 def _validate_speed(args) -> None:
+    from openrlhf_speed.cli.preflight import generation_only_errors
+
+    errors = generation_only_errors(args)
+    if errors:
+        raise FlagError("\nopenrlhf-speed train: error: ".join(errors))
     cfg = speed_config(args)
     if cfg is None:
         if args.train.max_steps is not None:

@@ -1,6 +1,7 @@
 """Checks of the user's inputs that run in the driver right after parsing, before Ray or
 anything else starts (and in `--dry_run`): value ranges of flags, the prompt and eval
-datasets, the reward file, and the optimizer steps a training step makes.
+datasets, the reward file, the optimizer steps a training step makes, and the flags
+`--train.generation_only` cannot be combined with.
 
 Why here: without them a bad dataset failed 50-90 s later as a traceback from a Ray actor
 (a bare StopIteration for an empty file), and `--rollout.temperature -1` passed
@@ -171,3 +172,32 @@ def input_errors(args) -> list:
     errors = dataset_errors(args.data.prompt_dataset, args, args.rollout.batch_size, "--data.prompt_dataset")
     errors += dataset_errors(args.eval.dataset, args, 0, "--eval.dataset")
     return errors + reward_file_errors(args.reward.remote_url)
+
+
+def generation_only_errors(args) -> list:
+    """`--train.generation_only` (the SPEED driver measured apart from training, rollout/trainer.py)
+    with the flags that contradict it, one line each saying why."""
+    if not getattr(args.train, "generation_only", False):
+        return []
+    errors, limit = [], args.train.max_steps
+    if args.speed.strategy == "off":
+        # Supporting it would mean a second generation-only path without a trace to replay.
+        errors.append("--train.generation_only measures the SPEED driver (its --speed.trace_path is what the replay "
+                      "reads); --speed.strategy off is OpenRLHF's own generator. Use --speed.strategy uniform for "
+                      "plain groups of N through the driver")
+    if args.ckpt.load_enable:
+        errors.append("--train.generation_only with --ckpt.load_enable: a generation-only run trains nothing, so it "
+                      "has nothing to resume and measures from a fresh start; drop --ckpt.load_enable")
+    save = args.ckpt.save_steps
+    if save > 0 and (limit is None or save <= limit):
+        errors.append(f"--train.generation_only with --ckpt.save_steps {save}: saving the curriculum needs every "
+                      "request collected first (a drain), which would stop the stream being measured, and the actor "
+                      "never changes; set --ckpt.save_steps -1 (or above --train.max_steps)")
+    every = args.eval.steps
+    if args.eval.at_start or (args.eval.dataset and every > 0 and (limit is None or every <= limit)):
+        errors.append("--train.generation_only with evaluation (--eval.at_start, --eval.steps): evaluation shares the "
+                      "engines with the pre-fetched requests, whose tokens would then count without the seconds they "
+                      "took; drop --eval.at_start and --eval.steps")
+    if args.check.weight_sync:
+        errors.append("--check.weight_sync checks every weight sync; --train.generation_only makes none: drop it")
+    return errors

@@ -23,6 +23,15 @@ and reports `reward/*` metrics); it covers `--speed.strategy off`, where OpenRLH
 generator passes rewards through. Without SPEED, `reward/timeouts`, `reward/refused` and
 `reward/errors` are counted over the trained samples from the reward function's flags.
 
+Generation only (`--train.generation_only`, the engine's limit measured apart from training,
+bench/driver.py): each step fills its batch through the SPEED driver exactly as in training,
+then skips experience, PPO training and the weight sync, so the policy never changes and
+pre-fetched requests keep streaming from one step into the next (no drain between steps).
+Its step record keeps `timing/generation`, the driver's `timing_parts/*` and `driver/*`
+figures; after the last step the requests still in flight are drained and logged as one
+`{"event": "drain"}` record (their tokens and seconds), so every request of the trace is
+counted on the driver's side too.
+
 Run log (`--log.jsonl`): one line per step and per evaluation. `train_wall_s` is the
 training clock the paper reports: wall-clock since `fit` started, minus evaluation and
 checkpointing. `eval_accuracy` is the mean reward over all evaluation samples (pass@1
@@ -72,6 +81,7 @@ def step_line(step: int, status: dict) -> str:
         ("speed/useful_token_share_cum", "useful_tokens", "{:.2f}"),
         ("speed/buffer_size", "buffer", "{:.0f}"),
         ("speed/staleness_screen_mean", "staleness", "{:.2f}"),
+        ("driver/tokens_returned", "gen_tokens", "{:.0f}"),
     ):
         if key in status:
             parts.append(f"{label} {fmt.format(status[key])}")
@@ -125,7 +135,35 @@ def make_trainer_class(upstream_actor_class):
             if self.args.eval.at_start and self.eval_dataloader and not self._resume_sync:
                 self.evaluate(0, **self._eval_kwargs())
             self._clock_start, self._excluded_s = time.time(), 0.0
-            return super().fit(global_step)
+            result = super().fit(global_step)
+            if self.args.train.generation_only:
+                self._drain_generation_only()
+            return result
+
+        def _generation_only_step(self, rollout_samples, global_step):
+            """train_step without experience, training or weight sync (--train.generation_only)."""
+            info = [s.info["reward_time"] for s in rollout_samples if "reward_time" in s.info]
+            status = {
+                "timing_parts/reward": sum(float(t.sum()) for t in info),
+                "timing_parts/drain": 0.0,
+                "rollout/reward_mean": float(torch.cat([s.rewards for s in rollout_samples]).float().mean()),
+                "rollout/response_length_mean": float(
+                    torch.cat([s.response_length for s in rollout_samples]).float().mean()),
+                **self.samples_generator.last_metrics,
+            }
+            return status, global_step + 1
+
+        def _drain_generation_only(self) -> None:
+            """Collect what is still in flight after the last step and log it, so the driver's
+            side counts every request the trace holds (bench/driver.py replays all of them)."""
+            gen = self.samples_generator
+            drain_s = gen.drain()
+            record = {"event": "drain", "train_wall_s": self._train_wall_s(), "timing_parts/drain": drain_s,
+                      "timing_parts/curriculum_overhead": gen._overhead_s, **gen.pop_counts()}
+            gen._overhead_s = 0.0
+            print(f"[openrlhf-speed] generation only: drained {record['driver/responses_returned']:.0f} responses "
+                  f"({record['driver/tokens_returned']:.0f} tokens) in {drain_s:.1f}s after the last step", flush=True)
+            self._log_jsonl(record)
 
         def _eval_kwargs(self) -> dict:
             # The same overrides upstream fit() applies before its evaluations.
@@ -170,6 +208,8 @@ def make_trainer_class(upstream_actor_class):
             return logs
 
         def train_step(self, rollout_samples, global_step):
+            if self.args.train.generation_only:
+                return self._generation_only_step(rollout_samples, global_step)
             reward_time = sum(float(s.info["reward_time"].sum()) for s in rollout_samples if "reward_time" in s.info)
             # A reward model scores later, inside the experience maker: nothing to check yet.
             reward_counts = {} if self.args.reward.model_name_or_path else _check_rewards(rollout_samples, global_step)
