@@ -23,6 +23,7 @@ Definitions:
   groups); SPEED keeps it near 0.5 (the paper's Fig. 4), uniform follows the data;
 - curriculum overhead share: driver time outside generation, reward and training
   (`timing_parts/curriculum_overhead`) / the training clock;
+- SPEED driver vs raw vLLM (with --driver_steps): driver.py's line, from driver.json;
 - claims: the paper's, each met / missed / not measurable, with the arithmetic of a miss
   (claims.py); the plot's error bars are +-1 binomial standard error of each evaluation.
 """
@@ -37,6 +38,7 @@ from typing import Optional
 
 from openrlhf_speed.bench import aggregate as agg
 from openrlhf_speed.bench import claims as cl
+from openrlhf_speed.bench import driver as drv
 
 
 # (label, metrics key): generation is the driver's wait for the engines; the rest of the
@@ -267,6 +269,8 @@ def table_markdown(report: dict) -> str:
         e = report["engine"]
         lines += ["", f"engine limit on the same requests: {e['tokens_per_s']:.0f} tokens/s "
                       f"({e['tokens']:.0f} tokens in {e['generation_s']:.1f} s, all requests at once)"]
+    if report.get("driver"):  # --driver_steps: the SPEED driver against raw vLLM (driver.py)
+        lines += ["", drv.driver_line(report["driver"])]
     v = report.get("versions") or {}
     if "cpu_dtype" in v:  # which kind of CPU the timings came from
         lines += ["", f"machine: {v.get('cpus')} CPUs, {v['cpu_isa']}, {v['cpu_dtype']}"]

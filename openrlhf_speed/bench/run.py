@@ -11,6 +11,12 @@ evaluation on the training engines every `--eval_every` steps and before the fir
 After the runs, the engine's own throughput on the same kind of requests is measured with
 `openrlhf-speed evaluate` (all requests submitted at once: the engine's limit).
 
+The SPEED driver against raw vLLM on the same requests (`--driver_steps K`, on by default in
+the `proving` mode with K = 8, `--driver_only` for it alone): K steps of the `speed` run's own
+command with `--train.generation_only`, then the requests its trace recorded replayed on raw
+vLLM (driver.py); driver.json and one line of summary.md. Off (0) in the other modes: it
+costs one more start-up, K steps and a replay.
+
 Several seeds (`--runs R`): each curriculum runs R times with `--train.seed` = `--seed`,
 `--seed`+1, ...; everything else is identical. The report gives each curriculum's mean,
 its spread and how many runs reached the target (aggregate.py). The target is fixed
@@ -19,8 +25,9 @@ runs (`--target_rule uniform_gain:F`: step-0 accuracy + F x the uniform runs' ga
 
 Output folder: one sub-folder per run (train.log, metrics.jsonl): `<curriculum>` with one
 run each, `<curriculum>-r<i>` (i from 1) with several; bench.json (the command, settings,
-runs, seeds and target rule, written before training), engine.json, results.json (every
-figure, the command, versions), results.csv, summary.md, accuracy.png.
+runs, seeds and target rule, written before training), engine.json, driver/ and driver.json
+(with --driver_steps), results.json (every figure, the command, versions), results.csv,
+summary.md, accuracy.png.
 
 Presets (`--mode`; every flag below overrides its preset's value):
 
@@ -46,6 +53,7 @@ import sys
 import time
 
 from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import driver as drv
 from openrlhf_speed.bench import report as rep
 
 # B prompts x N responses, response limit, steps, eval period, held-out prompts x samples.
@@ -71,12 +79,15 @@ PRESETS = {
                        n_train=0, lr=1e-4),
 }
 
+# Steps of the driver measurement: enough for the stream to pass its start-up and fill the
+# engines (B = 16 prompts a step in the proving mode), few enough to cost a few minutes.
+DRIVER_STEPS = 8
 # What a mode chooses besides sizes; explicit flags (--model, --runs, --target, --target_rule) win.
 MODE_DEFAULTS = {
-    "proving": dict(model="proving", runs=2, target_rule="uniform_gain:0.75"),
+    "proving": dict(model="proving", runs=2, target_rule="uniform_gain:0.75", driver_steps=DRIVER_STEPS),
     "proving-ci": dict(model="proving-ci", runs=1),
 }
-DEFAULTS = dict(model="default", runs=1, target_rule=None)
+DEFAULTS = dict(model="default", runs=1, target_rule=None, driver_steps=0)
 
 CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--speed.strategy", "dapo"]}
 
@@ -108,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="passes over the training prompts allowed (--train.num_episodes); --steps ends every run, so "
                    "this only needs to be large enough for the curricula that skip or reject many prompts")
     p.add_argument("--skip_engine", action="store_true", help="do not measure the engine's raw throughput")
+    p.add_argument("--driver_steps", type=int, default=None,
+                   help="K > 0: measure the SPEED driver generating K steps with no weight updates against raw "
+                   f"vLLM on the same requests (driver.py); 0 skips it (default: {DRIVER_STEPS} in the proving mode, "
+                   "else 0)")
+    p.add_argument("--driver_only", action="store_true",
+                   help=f"only the driver measurement (--driver_steps, default {DRIVER_STEPS} here): no curricula, no "
+                   "engine run, no report; driver.json and its line")
     p.add_argument("--report_only", action="store_true", help="rebuild the report from an existing --out folder")
     p.add_argument("train_args", nargs=argparse.REMAINDER,
                    help="after '--': flags passed to every `openrlhf-speed train` run unchanged")
@@ -129,7 +147,7 @@ def _settings(args) -> dict:
 
 
 def resolve_mode(args):
-    """Fill --model, --runs and --target_rule left out with the mode's defaults, and check
+    """Fill --model, --runs, --target_rule and --driver_steps left out with the mode's defaults, and check
     them; returns args. A mode's target rule gives way to an explicit --target. Idempotent."""
     explicit_target, explicit_rule = args.target is not None, args.target_rule is not None
     if explicit_target and explicit_rule:
@@ -138,6 +156,11 @@ def resolve_mode(args):
     mode = {**DEFAULTS, **MODE_DEFAULTS.get(args.mode, {})}
     args.model = args.model if args.model is not None else mode["model"]
     args.runs = args.runs if args.runs is not None else mode["runs"]
+    if args.driver_steps is None:  # --driver_only alone asks for the measurement
+        args.driver_steps = mode["driver_steps"] or (DRIVER_STEPS if args.driver_only else 0)
+    if args.driver_steps < 0 or (args.driver_only and args.driver_steps == 0):
+        raise SystemExit(f"openrlhf-speed bench: error: --driver_steps {args.driver_steps}: need K >= 1 steps for the "
+                         "driver measurement (0 skips it, which --driver_only cannot)")
     if not explicit_target and not explicit_rule and not args.report_only:  # else the folder's own (bench.json)
         args.target_rule = mode["target_rule"]
     if args.runs < 1:
@@ -254,6 +277,21 @@ def _engine_throughput(args, s: dict, train: str, out: str) -> dict:
     return {"tokens_per_s": e["tokens_per_s"], "tokens": e["tokens"], "generation_s": e["generation_s"]}
 
 
+def _driver(args, s: dict, train: str, test: str, out: str) -> dict:
+    """The SPEED driver against raw vLLM on the same requests (driver.py): the `speed` run's
+    own command, --driver_steps steps."""
+    if args.vllm_engines != 1:
+        raise SystemExit(f"openrlhf-speed bench: error: --driver_steps compares the driver with one raw vLLM engine; "
+                         f"--vllm_engines {args.vllm_engines} would compare several with one: use --vllm_engines 1 "
+                         "or --driver_steps 0")
+    print(f"[bench] SPEED driver, generation only: {args.driver_steps} steps, then the same requests on raw vLLM",
+          flush=True)
+    cmd = train_command("speed", dict(s, steps=args.driver_steps), args, train, test, os.path.join(out, "driver"))
+    result = drv.measure(cmd, out, _run_logged)
+    print(f"[bench] {drv.driver_line(result)}", flush=True)
+    return result
+
+
 def _versions() -> dict:
     import importlib.metadata as md
 
@@ -321,6 +359,9 @@ def main(argv=None) -> int:
         raise SystemExit(f"openrlhf-speed bench: error: --target_rule {args.target_rule} measures the uniform runs' "
                          "gain: add uniform to --curricula, or pass a fixed --target")
     os.makedirs(out, exist_ok=True)
+    if args.driver_only:
+        _driver(args, s, *_data(args, s, out), out)
+        return 0
     meta_path = os.path.join(out, "bench.json")
     if not args.report_only:
         train, test = _data(args, s, out)
@@ -331,7 +372,8 @@ def main(argv=None) -> int:
             json.dump({"command": shlex.join(["openrlhf-speed", "bench", *(argv or sys.argv[1:])]), "settings": s,
                        "curricula": curricula, "model": args.model, "runs": args.runs, "seed": args.seed,
                        "seeds": [args.seed + i for i in range(args.runs)], "plan": plan, "target": args.target,
-                       "target_rule": args.target_rule, "versions": _versions(), "train_data": train,
+                       "target_rule": args.target_rule, "driver_steps": args.driver_steps,
+                       "versions": _versions(), "train_data": train,
                        "eval_data": test}, f, indent=1)
         target = args.target_rule or (args.target if args.target is not None else "auto")
         print(f"[bench] {len(curricula)} curricula x {args.runs} run(s) x {s['steps']} steps (B={s['batch']} "
@@ -341,6 +383,8 @@ def main(argv=None) -> int:
         engine = None if args.skip_engine else _engine_throughput(args, s, train, out)
         with open(os.path.join(out, "engine_result.json"), "w") as f:
             json.dump(engine, f)
+        if args.driver_steps:
+            _driver(args, s, train, test, out)
     with open(meta_path) as f:
         meta = json.load(f)
     runs, groups, seeds = {}, {}, {}
@@ -357,6 +401,8 @@ def main(argv=None) -> int:
         report["runs_summary"][key]["seed"] = seed
     engine_path = os.path.join(out, "engine_result.json")
     report["engine"] = json.load(open(engine_path)) if os.path.isfile(engine_path) else None
+    driver_path = os.path.join(out, "driver.json")
+    report["driver"] = json.load(open(driver_path)) if os.path.isfile(driver_path) else None
     report.update(command=meta["command"], versions=meta["versions"], settings=meta["settings"])
     paths = rep.write_all(out, runs, report)
     print(rep.table_markdown(report), flush=True)

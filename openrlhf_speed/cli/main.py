@@ -6,6 +6,7 @@ COMMANDS = {
     "train": ("openrlhf_speed.cli.train", "RL training through OpenRLHF's Ray PPO pipeline (accepts its flags)"),
     "evaluate": ("openrlhf_speed.cli.evaluate", "held-out accuracy of a model folder on a jsonl file, via vLLM"),
     "bench": ("openrlhf_speed.bench.run", "time to target accuracy of uniform RLOO, DAPO and SPEED side by side, with plots"),
+    "replay": ("openrlhf_speed.cli.replay", "the requests of a SPEED trace on raw vLLM, all at once (the driver's limit)"),
     "gen-data": ("openrlhf_speed.data.build", "write the embedded arithmetic dataset (train/test jsonl)"),
     "prepare-data": ("openrlhf_speed.data.prepare", "convert local DAPO-17k / DeepScaleR / NuminaMath / MATH500 / AIME / AMC files to jsonl"),
     "proving-ground": ("openrlhf_speed.cli.proving_ground", "build the small proving-ground model and its RL prompts (issue 13's benchmark)"),
