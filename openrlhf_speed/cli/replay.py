@@ -1,8 +1,10 @@
 """`openrlhf-speed replay`: the requests a SPEED trace recorded, on raw vLLM, all at once.
 
 The raw side of the driver measurement (bench/driver.py): one `vllm.LLM` in this process (no
-Ray, no reward), built with the trace's engine settings (dtype, max_model_len, seed, prefix
-caching, eager mode, log-prob mode), given every request of the trace in one `generate` call:
+Ray, no reward), built with the trace's engine settings as the run's engine had them (dtype,
+max_model_len, seed, prefix caching, eager mode, log-prob mode, and the scheduler's limits:
+vLLM's offline `LLM` would otherwise default to twice the sequences at once on CPU), given
+every request of the trace in one `generate` call:
 - the same prompts: the text the driver sent, tokenized as OpenRLHF's engine actor does it
   (no special tokens added; the oldest tokens cut when the prompt leaves less than max_tokens
   of max_length);
@@ -50,7 +52,9 @@ def main(argv=None) -> int:
     cfg = plan["config"]
     kwargs = dict(model=args.model or cfg["model"], dtype=cfg["dtype"], max_model_len=cfg["max_model_len"],
                   seed=cfg["seed"], enforce_eager=cfg["enforce_eager"], trust_remote_code=True,
-                  enable_prefix_caching=cfg["enable_prefix_caching"])
+                  enable_prefix_caching=cfg["enable_prefix_caching"], max_num_seqs=cfg["max_num_seqs"],
+                  max_num_batched_tokens=cfg["max_num_batched_tokens"],
+                  enable_chunked_prefill=cfg["enable_chunked_prefill"])
     if cfg.get("gpu_memory_utilization") and not compat.cpu_mode():
         kwargs["gpu_memory_utilization"] = cfg["gpu_memory_utilization"]
     if cfg.get("logprobs_mode"):  # as OpenRLHF's create_vllm_engines sets them for the IS correction

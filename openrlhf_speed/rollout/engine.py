@@ -2,8 +2,9 @@
 
 Subclassing keeps OpenRLHF's engine (generation, weight-update protocol, sleep/wake) and
 adds: the vLLM worker extension `SpeedWorkerWrap` (OpenRLHF's `WorkerWrap` plus weight
-fingerprints), `weight_fingerprints()` on the actor for the weight-sync check, and
-`model_dtype()` for actors that must cast before they send (the Megatron one).
+fingerprints), `weight_fingerprints()` on the actor for the weight-sync check,
+`model_dtype()` for actors that must cast before they send (the Megatron one), and
+`engine_settings()` for the trace a raw-vLLM replay reads.
 `install()` makes OpenRLHF's `create_vllm_engines` build this class.
 """
 
@@ -42,6 +43,17 @@ class SpeedRolloutActor(_Upstream):
     async def model_dtype(self):
         """The dtype the engine holds weights in (what a weight sync must send)."""
         return self.llm.model_config.dtype
+
+    async def engine_settings(self):
+        """What a replay on raw vLLM needs to build this same engine (cli/replay.py): vLLM gives
+        an AsyncLLMEngine other scheduler defaults than an offline LLM (on CPU 128 vs 256
+        sequences at once), so the limits are read here, not assumed."""
+        c = self.llm.vllm_config
+        return {"dtype": str(c.model_config.dtype).replace("torch.", ""),
+                "max_num_seqs": c.scheduler_config.max_num_seqs,
+                "max_num_batched_tokens": c.scheduler_config.max_num_batched_tokens,
+                "enable_chunked_prefill": c.scheduler_config.enable_chunked_prefill,
+                "enable_prefix_caching": c.cache_config.enable_prefix_caching}
 
     async def weight_fingerprints(self):
         # TP rank 0's view: with TP > 1 the other ranks hold other shards.

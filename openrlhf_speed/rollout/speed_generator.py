@@ -319,12 +319,12 @@ class SpeedSamplesGenerator(SamplesGenerator):
     def _log_config(self) -> None:
         """What a replay needs to build the same engine (bench/driver.py, cli/replay.py)."""
         a = self.args
-        dtype = str(ray.get(self.vllm_engines[0].model_dtype.remote())).replace("torch.", "")
-        self._log("config", model=a.actor.model_name_or_path, num_engines=len(self.vllm_engines), dtype=dtype,
-                  seed=a.train.seed, max_model_len=a.data.max_len, enforce_eager=a.vllm.enforce_eager,
-                  enable_prefix_caching=a.vllm.enable_prefix_caching,
+        settings = ray.get(self.vllm_engines[0].engine_settings.remote())  # dtype, scheduler limits, caching
+        self._log("config", model=a.actor.model_name_or_path, num_engines=len(self.vllm_engines), seed=a.train.seed,
+                  max_model_len=a.data.max_len, enforce_eager=a.vllm.enforce_eager,
                   gpu_memory_utilization=a.vllm.gpu_memory_utilization,
-                  logprobs_mode="processed_logprobs" if a.algo.advantage.is_correction_level != "off" else None)
+                  logprobs_mode="processed_logprobs" if a.algo.advantage.is_correction_level != "off" else None,
+                  **settings)
 
     def _log(self, event: str, **fields) -> None:
         if self._trace is not None:

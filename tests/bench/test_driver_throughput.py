@@ -20,7 +20,8 @@ SAMPLING = {"max_tokens": 32, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "mi
             "skip_special_tokens": False, "max_length": 544}
 CONFIG = {"event": "config", "model": "/m", "num_engines": 1, "dtype": "float32", "seed": 42, "max_model_len": 544,
           "enforce_eager": True, "enable_prefix_caching": False, "gpu_memory_utilization": 0.95,
-          "logprobs_mode": "processed_logprobs"}
+          "logprobs_mode": "processed_logprobs", "max_num_seqs": 128, "max_num_batched_tokens": 2048,
+          "enable_chunked_prefill": True}
 
 
 def write_jsonl(path, records):

@@ -23,7 +23,9 @@ class FakeEngine:
     def __init__(self):
         self.sent = []  # (ref, num_samples) per generate_responses call
         self.generate_responses = NS(remote=self._generate)
-        self.model_dtype = NS(remote=lambda: torch.float32)
+        self.engine_settings = NS(remote=lambda: {"dtype": "float32", "max_num_seqs": 128,
+                                                  "max_num_batched_tokens": 2048, "enable_chunked_prefill": True,
+                                                  "enable_prefix_caching": False})
 
     def _generate(self, **kw):
         ref = f"ref{len(self.sent)}"
@@ -38,12 +40,12 @@ def gen(tmp_path, monkeypatch):
     g.scheduler = Scheduler(num_prompts=2, config=SpeedConfig(n_samples_per_prompt=4, n_init=2, batch_prompts=1))
     g.args = NS(algo=NS(advantage=NS(is_correction_level="token")), actor=NS(model_name_or_path="/m"),
                 train=NS(seed=7), data=NS(max_len=64),
-                vllm=NS(enforce_eager=True, enable_prefix_caching=False, gpu_memory_utilization=0.9))
+                vllm=NS(enforce_eager=True, gpu_memory_utilization=0.9))
     g.vllm_engines, g._engine_load, g._pending = [FakeEngine()], [0], {}
     g.policy_version, g._overhead_s, g.reward_guard = 0, 0.0, RewardGuard()
     g._counts, g._traced_prompts = dict.fromkeys(COUNTS, 0.0), set()
     g._trace = open(tmp_path / "trace.jsonl", "a")
-    monkeypatch.setattr(ray, "get", lambda ref: ref if not isinstance(ref, str) else [
+    monkeypatch.setattr(ray, "get", lambda ref: ref if isinstance(ref, dict) else [
         {"ref": ref, "length": 5}] * dict(g.vllm_engines[0].sent)[ref])
 
     def wait(refs, num_returns=1, timeout=None):
@@ -72,6 +74,7 @@ def test_every_dispatch_is_in_the_trace_with_what_a_replay_needs(gen, tmp_path):
     events = [json.loads(line) for line in open(tmp_path / "trace.jsonl")]
     assert [e["event"] for e in events[:5]] == ["config", "prompt", "start", "prompt", "start"]
     assert events[0]["dtype"] == "float32" and events[0]["logprobs_mode"] == "processed_logprobs"
+    assert (events[0]["max_num_seqs"], events[0]["max_num_batched_tokens"]) == (128, 2048)
     plan = replay_requests(str(tmp_path / "trace.jsonl"))
     assert [(r["prompt"], r["n"], r["text"]) for r in plan["requests"]] == [
         (p, n, gen.prompts[p]) for p, n in [(0, 2), (1, 2)]]
