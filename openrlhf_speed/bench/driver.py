@@ -18,9 +18,12 @@ engine's limit, measured apart from training; the goal is at least 95% of the ra
 What makes the two sides differ besides the driver itself, so a ratio under 100% is not all
 driver overhead: the driver can never have all its requests at once (a continuation waits for
 its own screening, new prompts for room under `--speed.max_inflight_prompts`), while the raw
-run batches every one from the start; its engines also score each response (the reward
-function runs in the engine actor) and answer through Ray. Responses are sampled again in
-the replay, so token counts differ slightly; the comparison is per token.
+run batches every one from the start; its engines also tokenize each response's prompt,
+score each response (the reward function runs in a thread of the engine actor) and answer
+through Ray, and on a small machine the trainer, Ray and the idle actor share its cores.
+Responses are sampled again in the replay, so token counts differ slightly; the comparison
+is per token. The engine is the same: the replay reads the run's engine settings from the
+trace, scheduler limits included (cli/replay.py).
 """
 
 from __future__ import annotations
@@ -156,14 +159,15 @@ def driver_line(d: dict) -> str:
              f"{sp['at_raw_rate']:.1f} s ({sp['lost']:.1f} s lost); responses outstanding while it waited: "
              f"{d['outstanding_mean']:.1f} on average, vs {d['raw_batch']:.0f} at once in the raw run. Not in those "
              f"seconds: reward {sp['reward']:.1f} s summed over responses (in the engine actors, overlapping "
-             f"generation), {sp['between_steps']:.1f} s between steps. {d['driver']['steps']} steps and the final drain")
+             f"generation), {sp['between_steps']:.1f} s between steps. {d['driver']['steps']} steps and the final "
+             "drain")
     return head + "\n\n" + where
 
 
 def generation_only_command(train_cmd: list, run_dir: str) -> list:
     """The benchmark's train command without evaluation, generating only, with a trace."""
     cmd, skip = [], 0
-    for i, arg in enumerate(train_cmd):
+    for arg in train_cmd:
         if skip:
             skip -= 1
         elif arg in _EVAL_FLAGS:
