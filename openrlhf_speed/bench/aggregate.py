@@ -32,10 +32,11 @@ def run_key(curriculum: str, index: int, runs: int) -> str:
 
 
 def run_plan(curricula: list, runs: int, seed: int) -> list:
-    """Every run in order (curriculum by curriculum), with its key and seed: run i of every
-    curriculum gets seed + i - 1, so curricula are compared seed for seed."""
+    """Every run in order, with its key and seed: run i of every curriculum gets seed + i - 1,
+    so curricula are compared seed for seed. Seed by seed (every curriculum's run 1, then
+    every run 2): a benchmark stopped part-way still compares all curricula on equal seeds."""
     return [{"key": run_key(name, i, runs), "curriculum": name, "run": i, "runs": runs, "seed": seed + i - 1}
-            for name in curricula for i in range(1, runs + 1)]
+            for i in range(1, runs + 1) for name in curricula]
 
 
 def parse_target_rule(text: str) -> tuple[str, float]:

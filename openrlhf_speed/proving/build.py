@@ -100,6 +100,29 @@ def _encode_batch(tok, problems, device="cpu"):
     return ids.to(device), lab.to(device), mask.to(device)
 
 
+def batch_loss_backward(model, tok, problems, chunks: int = 4) -> tuple[float, int]:
+    """Backward of the batch's mean answer-token loss, in `chunks` length-sorted pieces.
+
+    One padded batch pads every row to the longest solution: 31% of the tokens computed
+    were padding on the full mix. Sorted pieces of 12 pad to their own longest (9% padding),
+    and each piece's mean loss is weighted by its share of answer tokens, so the gradient is
+    the whole batch's: the batches stay mixed across levels (sorting whole batches by length
+    made them one level each, and the model learned no arithmetic: pass 0.02 against 0.53).
+    Returns (the batch's mean loss, the real tokens computed).
+    """
+    problems = sorted(problems, key=lambda p: len(p.question) + len(p.solution))
+    size = -(-len(problems) // chunks)
+    pieces = [_encode_batch(tok, problems[i:i + size]) for i in range(0, len(problems), size)]
+    counts = [int((lab[:, 1:] != -100).sum()) for _, lab, _ in pieces]  # HF shifts labels by one
+    total, loss_sum, tokens = sum(counts), 0.0, 0
+    for (ids, lab, mask), count in zip(pieces, counts):
+        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss * (count / total)
+        loss.backward()
+        loss_sum += float(loss.detach())
+        tokens += int(mask.sum())
+    return loss_sum, tokens
+
+
 def train_sft(v: Variant, seed: int, tok, excluded: set[str], log_every: int = 50):
     import torch
     from transformers import LlamaForCausalLM
@@ -122,16 +145,14 @@ def train_sft(v: Variant, seed: int, tok, excluded: set[str], log_every: int = 5
           f"{v.sft_batch} worked solutions, torch threads {torch.get_num_threads()}", flush=True)
     t0, tokens, loss_sum = time.time(), 0, 0.0
     for step in range(v.sft_steps):
-        ids, lab, mask = _encode_batch(tok, [next(stream) for _ in range(v.sft_batch)])
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
-        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, n = batch_loss_backward(model, tok, [next(stream) for _ in range(v.sft_batch)])
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        tokens += int(mask.sum())
-        loss_sum += float(loss.detach())
+        tokens += n
+        loss_sum += loss
         if (step + 1) % log_every == 0 or step + 1 == v.sft_steps:
             el = time.time() - t0
             eta = el / (step + 1) * (v.sft_steps - step - 1)

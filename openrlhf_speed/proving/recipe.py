@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-VERSION = 1
+VERSION = 2  # 2: RL mix moved towards the hard levels
 
 LEVELS = ("sum_small", "sum_1digit", "mul_1x1", "sum_2digit", "addsub_2d1d_nocarry", "mul_2x1",
           "addsub_3digit", "mul_2x2", "expr_3term")

@@ -37,7 +37,7 @@ def test_run_plan_names_folders_and_seeds():
     assert [(r["key"], r["seed"]) for r in one] == [("uniform", 42), ("dapo", 42)]  # folders as before --runs
     two = agg.run_plan(["uniform", "dapo", "speed"], 2, 42)
     assert [(r["key"], r["curriculum"], r["seed"]) for r in two[:4]] == [
-        ("uniform-r1", "uniform", 42), ("uniform-r2", "uniform", 43), ("dapo-r1", "dapo", 42), ("dapo-r2", "dapo", 43)]
+        ("uniform-r1", "uniform", 42), ("dapo-r1", "dapo", 42), ("speed-r1", "speed", 42), ("uniform-r2", "uniform", 43)]
 
 
 def test_train_commands_differ_only_in_seed_and_folder(tmp_path):
@@ -62,7 +62,7 @@ def test_progress_lines_name_the_run_and_its_seed(tmp_path, monkeypatch, capsys)
     bench_run._train_all(args, s, agg.run_plan(["uniform", "dapo", "speed"], 2, 42), "t.jsonl", "e.jsonl",
                          str(tmp_path))
     out = capsys.readouterr().out
-    assert "[bench] (3/6) dapo run 1/2 (seed 42): training ..." in out
+    assert "[bench] (2/6) dapo run 1/2 (seed 42): training ..." in out
     assert "[bench] (6/6) speed run 2/2 (seed 43): training ..." in out
     assert (tmp_path / "dapo-r2").is_dir()
 

@@ -115,3 +115,55 @@ def test_a_second_build_reuses_the_folder(built, capsys):
 
     assert build("ci", out=built) == built
     assert "already built" in capsys.readouterr().out
+
+
+def test_length_sorted_pieces_give_the_whole_batchs_gradient():
+    # The build computes each batch in length-sorted pieces to skip padding; the update must
+    # be the one the whole padded batch gives, or the model changes with the speed-up.
+    from itertools import islice
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from openrlhf_speed.proving.build import _encode_batch, batch_loss_backward, llama_config, sft_stream
+
+    v = recipe.get_variant("ci")
+    problems = list(islice(sft_stream(recipe.get_variant("full"), 0, set()), 12))  # mixed lengths
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(llama_config(v)).float()
+    ids, lab, mask = _encode_batch(tok, problems)
+    whole = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+    whole.backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    loss, tokens = batch_loss_backward(model, tok, problems, chunks=4)
+    assert abs(loss - float(whole)) < 1e-5
+    assert tokens == int(mask.sum())  # real tokens only: the pieces pad less
+    for p, g in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+
+
+def test_train_with_a_proving_model_defaults_to_its_own_data(built, tmp_path):
+    import os
+    import shutil
+    import subprocess
+
+    from _util import openrlhf_speed_cmd
+
+    cache = tmp_path / "cache"
+    shutil.copytree(built, cache / "models" / recipe.get_variant("ci").folder)
+    out = subprocess.run([*openrlhf_speed_cmd(), "train", "--dry_run", "--actor.model_name_or_path", "proving-ci",
+                          "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1", "--algo.advantage.estimator", "rloo",
+                          "--algo.kl.init_coef", "0", "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4",
+                          "--train.batch_size", "16", "--eval.dataset", "embedded"],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OPENRLHF_SPEED_CACHE": str(cache)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    plan = json.loads(out.stdout[out.stdout.index("{"):])
+    folder = cache / "models" / recipe.get_variant("ci").folder
+    assert plan["config"]["actor"]["model_name_or_path"] == str(folder)
+    assert plan["config"]["data"]["prompt_dataset"] == str(folder / "data" / "train.jsonl")
+    assert plan["config"]["eval"]["dataset"] == str(folder / "data" / "test.jsonl")
+    assert plan["config"]["data"]["apply_chat_template"] is True
+    assert "the proving ground's RL prompts" in out.stdout  # 'embedded' eval means the model's own held-out split
