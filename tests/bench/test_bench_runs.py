@@ -200,8 +200,9 @@ def test_proving_preset_uses_the_proving_data(tmp_path, monkeypatch):
     args = bench_run.build_parser().parse_args(["--mode", "proving", "--out", str(tmp_path)])
     s = bench_run._settings(args)
     assert (args.model, args.runs, args.target_rule) == ("proving", 2, "uniform_gain:0.75")
+    assert args.skip_engine is True  # its driver measurement replays the requests on raw vLLM instead
     sizes = ("batch", "n", "n_init", "max_new_tokens", "steps", "eval_every")
-    assert tuple(s[k] for k in sizes) == (16, 16, 4, 64, 40, 10)
+    assert tuple(s[k] for k in sizes) == (16, 16, 4, 64, 30, 10)
     assert (s["eval_prompts"], s["eval_k"], s["lr"]) == (1200, 1, 1e-4)
     got_train, got_test = bench_run._data(args, s, str(tmp_path))
     assert asked == ["proving"] and got_train == str(train)
@@ -220,7 +221,7 @@ def test_proving_preset_uses_the_proving_data(tmp_path, monkeypatch):
     assert asked == ["proving"]  # not asked again
     ci = bench_run.build_parser().parse_args(["--mode", "proving-ci"])
     s = bench_run._settings(ci)
-    assert (ci.model, ci.runs, ci.target_rule) == ("proving-ci", 1, None)
+    assert (ci.model, ci.runs, ci.target_rule, ci.skip_engine) == ("proving-ci", 1, None, False)
     assert (s["batch"], s["n"], s["n_init"], s["max_new_tokens"], s["steps"], s["eval_every"], s["eval_prompts"],
             s["eval_k"], s["lr"]) == (4, 4, 2, 32, 2, 1, 32, 1, 1e-4)
 
