@@ -52,8 +52,13 @@ def parse_target_rule(text: str) -> tuple[str, float]:
     return kind, fraction
 
 
-def _nan(x) -> bool:
+def is_nan(x) -> bool:
     return isinstance(x, float) and math.isnan(x)
+
+
+def sum_key(records: list, key: str) -> float:
+    """records' values of key summed, a missing or NaN value counting 0."""
+    return float(sum(r.get(key, 0.0) for r in records if not is_nan(r.get(key, 0.0))))
 
 
 def _mean(values: list):
@@ -138,7 +143,7 @@ def uniform_gain_target(run_summaries: dict, groups: dict, fraction: float, base
         return info
     starts = [s["start_accuracy"] for s in run_summaries.values()]
     finals = [s["final_accuracy"] for s in base]
-    if any(_nan(x) for x in starts + finals):
+    if any(is_nan(x) for x in starts + finals):
         info["note"] = (f"the target rule {rule} needs a step-0 and a final evaluation of every run; some run has "
                         "none (was --eval.at_start turned off, or did a run stop early?)")
         return info
@@ -155,7 +160,7 @@ def uniform_gain_target(run_summaries: dict, groups: dict, fraction: float, base
         info["note"] = (f"the {baseline} runs did not improve (mean final accuracy {final:.4f} vs step-0 {start:.4f}): "
                         f"the rule's target {info['target']:.4f} is not above the start, so times to target and "
                         "speedups are not evidence; train longer (--steps) or with a larger --lr")
-    elif not _nan(gain_se) and gain <= 2 * gain_se:
+    elif not is_nan(gain_se) and gain <= 2 * gain_se:
         info["note"] = (f"the {baseline} runs' gain {gain:.4f} is within two standard errors ({2 * gain_se:.3f}) of "
                         f"the step-0 accuracy ({start:.4f}): the rule's target can be reached by evaluation noise, so "
                         "times to target and speedups are not evidence; evaluate on more prompts (--eval_prompts, "

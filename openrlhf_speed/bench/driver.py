@@ -29,9 +29,10 @@ trace, scheduler limits included (cli/replay.py).
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
+
+from openrlhf_speed.bench.aggregate import is_nan, sum_key
 
 # Flags of the benchmark's train command that a generation-only run refuses (flag -> takes a value).
 _EVAL_FLAGS = {"--eval.dataset": True, "--eval.at_start": False}
@@ -95,19 +96,17 @@ def driver_side(log_path: str) -> dict:
     steps, drain = _records(log_path)
     recs = steps + [drain]
 
-    def total(key, records=recs):
-        return float(sum(r.get(key, 0.0) for r in records if not _nan(r.get(key, 0.0))))
-
-    wait_s = total("driver/wait_s")
+    wait_s = sum_key(recs, "driver/wait_s")
     outstanding = sum(r.get("driver/outstanding_mean", 0.0) * r.get("driver/wait_s", 0.0) for r in recs
-                      if not _nan(r.get("driver/outstanding_mean", 0.0)))
-    gen_s = total("timing/generation", steps)
+                      if not is_nan(r.get("driver/outstanding_mean", 0.0)))
+    gen_s = sum_key(steps, "timing/generation")
     return {
-        "steps": len(steps), "tokens": total("driver/tokens_returned"), "responses": total("driver/responses_returned"),
+        "steps": len(steps), "tokens": sum_key(recs, "driver/tokens_returned"),
+        "responses": sum_key(recs, "driver/responses_returned"),
         "generation_s": gen_s, "drain_s": drain.get("timing_parts/drain", 0.0),
         "seconds": gen_s + drain.get("timing_parts/drain", 0.0),
-        "engine_wait_s": wait_s, "overhead_s": total("timing_parts/curriculum_overhead"),
-        "convert_s": total("timing_parts/convert"), "reward_s": total("timing_parts/reward", steps),
+        "engine_wait_s": wait_s, "overhead_s": sum_key(recs, "timing_parts/curriculum_overhead"),
+        "convert_s": sum_key(recs, "timing_parts/convert"), "reward_s": sum_key(steps, "timing_parts/reward"),
         "wall_s": drain.get("train_wall_s", float("nan")),
         "outstanding_mean": outstanding / wait_s if wait_s else float("nan"),
     }
@@ -140,10 +139,6 @@ def summarize(driver: dict, raw: dict, requests: int) -> dict:
             "requests": requests, "responses": driver["responses"], "raw_responses": raw["responses"],
             "driver": driver, "raw": raw, "split_s": split,
             "outstanding_mean": driver["outstanding_mean"], "raw_batch": raw["responses"]}
-
-
-def _nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
 
 
 def driver_line(d: dict) -> str:

@@ -60,14 +60,6 @@ def load_run(path: str) -> dict:
     return {"steps": steps, "evals": evals}
 
 
-def _sum(steps: list, key: str) -> float:
-    return float(sum(s.get(key, 0.0) for s in steps if not _nan(s.get(key, 0.0))))
-
-
-def _nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
-
-
 def time_to_target(evals: list, target: float) -> tuple[Optional[float], Optional[int]]:
     """(train_wall_s, step) of the first evaluation reaching the target, or (None, None)."""
     for e in sorted(evals, key=lambda e: e["step"]):
@@ -78,7 +70,7 @@ def time_to_target(evals: list, target: float) -> tuple[Optional[float], Optiona
 
 def _trained_reward_mean(steps: list) -> float:
     for key in ("rollout/reward_mean", "speed/accuracy"):
-        values = [s[key] for s in steps if key in s and not _nan(s[key])]
+        values = [s[key] for s in steps if key in s and not agg.is_nan(s[key])]
         if values:
             return sum(values) / len(values)
     return float("nan")
@@ -94,15 +86,16 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
     steps, evals = run["steps"], run["evals"]
     last = steps[-1] if steps else {}
     wall = last.get("train_wall_s", 0.0)
-    gen_s = _sum(steps, "timing/generation")
-    tokens = {p: _sum(steps, f"speed/tokens_{p}") for p in ("screen", "continue", "full", "discarded", "generated")}
+    gen_s = agg.sum_key(steps, "timing/generation")
+    tokens = {p: agg.sum_key(steps, f"speed/tokens_{p}")
+              for p in ("screen", "continue", "full", "discarded", "generated")}
     evals = sorted(evals, key=lambda e: e["step"])
     t_target, s_target = time_to_target(evals, target) if target is not None else (None, None)
     start = evals[0] if evals and evals[0]["step"] == 0 else {}
     final = evals[-1] if evals else {}
     share = last.get("speed/useful_token_share_cum", float("nan"))
-    overhead_s = _sum(steps, "timing_parts/curriculum_overhead")
-    screened, qualified = _sum(steps, "speed/prompts_screened"), _sum(steps, "speed/prompts_qualified")
+    overhead_s = agg.sum_key(steps, "timing_parts/curriculum_overhead")
+    screened, qualified = agg.sum_key(steps, "speed/prompts_screened"), agg.sum_key(steps, "speed/prompts_qualified")
     return {
         "steps": len(steps),
         "train_wall_s": wall,
@@ -129,12 +122,12 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
         "qualification_rate": qualified / screened if screened else float("nan"),
         "generation_s": gen_s,
         "generation_tokens_per_s": tokens["generated"] / gen_s if gen_s else float("nan"),
-        "train_s": _sum(steps, "timing/ppo_train"),
+        "train_s": agg.sum_key(steps, "timing/ppo_train"),
         "curriculum_overhead_s": overhead_s,
         "curriculum_overhead_share": overhead_s / wall if wall else float("nan"),
-        "eval_s": _sum(evals, "eval_time_s"),
+        "eval_s": agg.sum_key(evals, "eval_time_s"),
         # Where a step's time goes (the profile of a miss): mean seconds per step.
-        "step_profile_s": {part: _sum(steps, key) / len(steps) if steps else float("nan")
+        "step_profile_s": {part: agg.sum_key(steps, key) / len(steps) if steps else float("nan")
                            for part, key in _PROFILE},
     }
 
@@ -155,7 +148,7 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
     run_rows = {key: {"curriculum": groups[key], **run_summary(run, chosen)} for key, run in runs.items()}
     summary = agg.group(run_rows, groups)  # aggregate skips the text field "curriculum"
     mode = "fixed" if target is not None else ("rule" if rule is not None else "auto")
-    starts = [s["start_accuracy"] for s in summary.values() if not _nan(s["start_accuracy"])]
+    starts = [s["start_accuracy"] for s in summary.values() if not agg.is_nan(s["start_accuracy"])]
     note, not_evidence = None, False
     if chosen is None:
         note = (rule_info or {}).get("note") or "no target: some run has no evaluation after step 0"
@@ -164,7 +157,7 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
     elif mode == "auto" and starts and chosen <= max(starts):
         note = (f"auto target {chosen:.4f} is not above the step-0 accuracy ({max(starts):.4f}): not every curriculum "
                 "improved in this budget, so times to target are not meaningful; run longer (more --steps)")
-    noise = max((2 * s["start_accuracy_se"] for s in summary.values() if not _nan(s["start_accuracy_se"])),
+    noise = max((2 * s["start_accuracy_se"] for s in summary.values() if not agg.is_nan(s["start_accuracy_se"])),
                 default=float("nan"))
     within_noise = note is None and chosen is not None and starts and chosen - max(starts) < noise
     if within_noise:
@@ -184,7 +177,7 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
 def _fmt(x, spec: str, none: str = "not reached") -> str:
     if x is None:
         return none
-    if _nan(x):
+    if agg.is_nan(x):
         return "n/a"
     return format(x, spec)
 
@@ -253,11 +246,11 @@ def table_markdown(report: dict) -> str:
         many = any(s.get("runs", 1) > 1 for s in report["summary"].values())
         lines += ["", f"speedups ({'mean ' if many else ''}time to target): {sp}"]
     rewards = {n: s.get("trained_reward_mean", float("nan")) for n, s in report["summary"].items()}
-    if not all(_nan(v) for v in rewards.values()):
+    if not all(agg.is_nan(v) for v in rewards.values()):
         lines += ["", "mean reward of trained groups (the paper's Fig. 4 keeps SPEED's near 0.5): " +
                   ", ".join(f"{n} {_fmt(v, '.3f')}" for n, v in rewards.items())]
     useful = {n: s["useful_tokens_per_s"] for n, s in report["summary"].items()}
-    if not any(_nan(v) for v in useful.values()):
+    if not any(agg.is_nan(v) for v in useful.values()):
         lines += ["", "useful tokens per second of training clock (the mechanism of a speedup): " +
                   ", ".join(f"{n} {v:.1f}" for n, v in useful.items()) +
                   "; steps whose gradient was zero (every group's rewards equal): " +

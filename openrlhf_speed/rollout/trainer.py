@@ -52,6 +52,11 @@ from openrlhf_speed.rollout.checkpoint import atomic_save, curriculum_state_path
 from openrlhf_speed.rollout.speed_config import speed_config
 
 
+def _reward_seconds(rollout_samples) -> float:
+    """The reward function's seconds over the batch (`timing_parts/reward`)."""
+    return sum(float(s.info["reward_time"].sum()) for s in rollout_samples if "reward_time" in s.info)
+
+
 def _check_rewards(rollout_samples, global_step: int) -> dict:
     """Raise RewardError when a sample's reward is missing or not finite; else the
     `reward/*` counts of the samples' flags (reward_timeout, reward_refused, reward_error)."""
@@ -142,9 +147,8 @@ def make_trainer_class(upstream_actor_class):
 
         def _generation_only_step(self, rollout_samples, global_step):
             """train_step without experience, training or weight sync (--train.generation_only)."""
-            info = [s.info["reward_time"] for s in rollout_samples if "reward_time" in s.info]
             status = {
-                "timing_parts/reward": sum(float(t.sum()) for t in info),
+                "timing_parts/reward": _reward_seconds(rollout_samples),
                 "timing_parts/drain": 0.0,
                 "rollout/reward_mean": float(torch.cat([s.rewards for s in rollout_samples]).float().mean()),
                 "rollout/response_length_mean": float(
@@ -210,7 +214,7 @@ def make_trainer_class(upstream_actor_class):
         def train_step(self, rollout_samples, global_step):
             if self.args.train.generation_only:
                 return self._generation_only_step(rollout_samples, global_step)
-            reward_time = sum(float(s.info["reward_time"].sum()) for s in rollout_samples if "reward_time" in s.info)
+            reward_time = _reward_seconds(rollout_samples)
             # A reward model scores later, inside the experience maker: nothing to check yet.
             reward_counts = {} if self.args.reward.model_name_or_path else _check_rewards(rollout_samples, global_step)
             status, step = super().train_step(rollout_samples, global_step)
