@@ -1,6 +1,6 @@
 """`openrlhf-speed proving-ground`: build the proving-ground model and its RL prompts.
 
-    openrlhf-speed proving-ground build               # the benchmark's model (about 11 min on 2 cores without native bf16)
+    openrlhf-speed proving-ground build               # the benchmark's model (about 10 min on 2 cores without native bf16)
     openrlhf-speed proving-ground build --variant ci  # CI's smaller one (under a minute there)
 
 Prints supervised-training progress, then the start model's pass table (never / some /

