@@ -56,7 +56,9 @@ from openrlhf_speed.bench import aggregate as agg
 from openrlhf_speed.bench import driver as drv
 from openrlhf_speed.bench import report as rep
 
-# B prompts x N responses, response limit, steps, eval period, held-out prompts x samples.
+# B prompts x N responses, response limit, steps, eval period, held-out prompts x samples;
+# the training sizes (train_batch, micro, train_micro: None means B x N, min(B x N, 16),
+# min(micro, 8)) and warm-up optimizer steps live in TRAIN_DEFAULTS unless a preset sets them.
 PRESETS = {
     # CI: proves the whole path (3 runs, evals, report, plot) in a few minutes.
     "tiny": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=1, eval_every=1, eval_prompts=8, eval_k=2,
@@ -82,6 +84,8 @@ PRESETS = {
     "proving-ci": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=2, eval_every=1, eval_prompts=32, eval_k=1,
                        n_train=0, lr=1e-4),
 }
+
+TRAIN_DEFAULTS = dict(train_batch=None, micro=None, train_micro=None, warmup=0)
 
 # Steps of the driver measurement: enough for the stream to pass its start-up and fill the
 # engines (B = 16 prompts a step in the proving mode), few enough to cost a few minutes.
@@ -122,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
     for key in ("steps", "eval_every", "batch", "n", "n_init", "max_new_tokens", "eval_prompts", "eval_k", "n_train"):
         p.add_argument(f"--{key}", type=int, default=None, help=f"override the preset's {key}")
     p.add_argument("--lr", type=float, default=None, help="override the preset's actor learning rate")
+    p.add_argument("--train_batch", type=int, default=None,
+                   help="responses per optimizer update (--train.batch_size); B x N / train_batch updates a step "
+                   "(default: the preset's, else B x N: one update a step)")
+    p.add_argument("--micro", type=int, default=None,
+                   help="experience micro-batch (--rollout.micro_batch_size; default: the preset's, else min(B x N, 16))")
+    p.add_argument("--train_micro", type=int, default=None,
+                   help="training micro-batch (--train.micro_batch_size; default: the preset's, else min(micro, 8))")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="linear lr warm-up over this many optimizer updates, then constant (default: the preset's, "
+                   "else 0: no warm-up)")
     p.add_argument("--epochs", type=int, default=10,
                    help="passes over the training prompts allowed (--train.num_episodes); --steps ends every run, so "
                    "this only needs to be large enough for the curricula that skip or reject many prompts")
@@ -145,14 +159,35 @@ def _settings(args) -> dict:
     """The preset's sizes with the flags' overrides; fills the mode's other defaults into args
     (resolve_mode) so that everything downstream sees one resolved set of flags."""
     resolve_mode(args)
-    s = dict(PRESETS[args.mode])
+    s = {**TRAIN_DEFAULTS, **PRESETS[args.mode]}
     for key in list(s):
         if getattr(args, key, None) is not None:
             s[key] = getattr(args, key)
     if s["steps"] % s["eval_every"]:
         raise SystemExit(f"openrlhf-speed bench: error: --steps ({s['steps']}) must be a multiple of --eval_every "
                          f"({s['eval_every']}) so that every run ends on an evaluation")
+    responses = s["batch"] * s["n"]
+    s["train_batch"] = s["train_batch"] or responses
+    s["micro"] = s["micro"] or min(responses, 16)
+    s["train_micro"] = s["train_micro"] or min(s["micro"], 8)
+    if responses % s["train_batch"] or s["train_batch"] % s["train_micro"]:
+        raise SystemExit(f"openrlhf-speed bench: error: --train_batch {s['train_batch']} must divide the step's "
+                         f"{responses} responses (--batch x --n) and be a multiple of the train micro-batch "
+                         f"{s['train_micro']}: each step is then B x N / train_batch optimizer updates")
+    if s["warmup"] < 0:
+        raise SystemExit(f"openrlhf-speed bench: error: --warmup {s['warmup']}: need 0 or more optimizer steps")
     return s
+
+
+def warmup_ratio(s: dict, epochs: int, train_rows: int) -> float:
+    """--actor.lr_warmup_ratio giving s['warmup'] optimizer steps. OpenRLHF takes the warm-up
+    as a ratio of the schedule length it computes from the data (rows x N // train batch x
+    episodes x epochs, ppo_trainer.prepare_datasets), not from --train.max_steps; the - 0.5
+    keeps ceil(length x ratio) on the step count despite rounding (as recipe_lib.sh does)."""
+    length = train_rows * s["n"] // s["train_batch"] * epochs
+    if s["warmup"] <= 0:
+        return 0.0
+    return 1.0 if length <= s["warmup"] else (s["warmup"] - 0.5) / length
 
 
 def resolve_mode(args):
@@ -216,7 +251,6 @@ def _data(args, s: dict, out: str) -> tuple[str, str]:
 def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str, seed: int | None = None) -> list:
     """One `openrlhf-speed train` run of curriculum `name`; seed: --train.seed (default --seed)."""
     seed = args.seed if seed is None else seed
-    micro = min(s["batch"] * s["n"], 16)
     cmd = [
         sys.executable, "-m", "openrlhf_speed.cli.main", "train",
         "--actor.model_name_or_path", args.model,
@@ -224,12 +258,12 @@ def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str,
         "--vllm.num_engines", str(args.vllm_engines), "--vllm.enforce_eager",
         "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
         "--rollout.batch_size", str(s["batch"]), "--rollout.n_samples_per_prompt", str(s["n"]),
-        "--rollout.micro_batch_size", str(micro), "--train.batch_size", str(s["batch"] * s["n"]),
-        "--train.micro_batch_size", str(min(micro, 8)), "--train.max_steps", str(s["steps"]),
+        "--rollout.micro_batch_size", str(s["micro"]), "--train.batch_size", str(s["train_batch"]),
+        "--train.micro_batch_size", str(s["train_micro"]), "--train.max_steps", str(s["steps"]),
         "--train.num_episodes", str(args.epochs),
         "--rollout.max_new_tokens", str(s["max_new_tokens"]), "--data.max_len", str(512 + s["max_new_tokens"]),
         "--rollout.temperature", "1.0", "--train.seed", str(seed),
-        "--actor.adam.lr", str(s["lr"]), "--actor.lr_warmup_ratio", "0",
+        "--actor.adam.lr", str(s["lr"]), *_lr_schedule(s, args, train),
         "--data.prompt_dataset", train, "--data.input_key", "prompt", "--data.label_key", "answer",
         "--data.apply_chat_template",
         "--eval.dataset", test, "--eval.steps", str(s["eval_every"]), "--eval.at_start",
@@ -244,6 +278,18 @@ def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str,
     if name in STRATEGIES and STRATEGIES[name].uses_n_init:
         cmd += ["--speed.n_init", str(s["n_init"])]
     return cmd + [a for a in args.train_args if a != "--"]
+
+
+def _lr_schedule(s: dict, args, train: str) -> list:
+    """No warm-up by default (OpenRLHF's cosine schedule, whose length the data sets, is flat
+    over a bench's few steps); with --warmup W, a linear warm-up over W optimizer steps and
+    then the constant lr."""
+    if s["warmup"] <= 0:
+        return ["--actor.lr_warmup_ratio", "0"]
+    with open(train) as f:
+        rows = sum(1 for line in f if line.strip())
+    return ["--actor.lr_scheduler", "constant_with_warmup",
+            "--actor.lr_warmup_ratio", f"{warmup_ratio(s, args.epochs, rows):.10g}"]
 
 
 def _run_logged(cmd: list, log_path: str, prefix: str) -> int:

@@ -5,6 +5,7 @@ the arithmetic it states. Synthetic run logs only: nothing here trains."""
 
 import csv
 import json
+import math
 
 import pytest
 
@@ -250,3 +251,30 @@ def test_report_only_rebuilds_a_multi_run_folder_with_its_rule(tmp_path, capsys)
     assert results["runs_summary"]["speed-r2"]["seed"] == 43 and results["target_mode"] == "rule"
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     assert {(r["curriculum"], r["run"]) for r in rows} == {(groups[k], k) for k in runs}
+
+
+def test_training_sizes_and_warmup_reach_the_train_command(tmp_path):
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"prompt": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(4000)))
+    args = bench_run.build_parser().parse_args(["--mode", "proving", "--train_batch", "64", "--micro", "64",
+                                                "--train_micro", "32", "--warmup", "10", "--epochs", "10"])
+    s = bench_run._settings(args)
+    cmd = bench_run.train_command("uniform", s, args, str(train), "test.jsonl", str(tmp_path / "u"))
+    flag = lambda f: cmd[cmd.index(f) + 1]
+    assert (flag("--train.batch_size"), flag("--rollout.micro_batch_size"), flag("--train.micro_batch_size")) == (
+        "64", "64", "32")
+    assert flag("--actor.lr_scheduler") == "constant_with_warmup"
+    # OpenRLHF's schedule length, from the data as ppo_trainer.prepare_datasets computes it: its
+    # ceil(length x ratio) is the warm-up, 10 optimizer updates (2.5 bench steps of 4 updates).
+    length = 4000 * 16 // 64 * 10
+    assert math.ceil(length * float(flag("--actor.lr_warmup_ratio"))) == 10
+    # Without --warmup, the command is as before: no warm-up, OpenRLHF's default schedule.
+    plain = bench_run.build_parser().parse_args(["--mode", "tiny"])
+    cmd = bench_run.train_command("uniform", bench_run._settings(plain), plain, "t.jsonl", "e.jsonl", str(tmp_path))
+    assert "--actor.lr_scheduler" not in cmd and cmd[cmd.index("--actor.lr_warmup_ratio") + 1] == "0"
+    assert (cmd[cmd.index("--train.batch_size") + 1], cmd[cmd.index("--train.micro_batch_size") + 1]) == ("16", "8")
+    for bad, why in ((["--train_batch", "48"], "must divide the step's 256 responses"),
+                     (["--train_batch", "64", "--train_micro", "48"], "multiple of the train micro-batch 48"),
+                     (["--warmup", "-1"], "--warmup -1")):
+        with pytest.raises(SystemExit, match=why):
+            bench_run._settings(bench_run.build_parser().parse_args(["--mode", "proving", *bad]))
