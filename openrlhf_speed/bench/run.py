@@ -180,13 +180,11 @@ def _settings(args) -> dict:
 
 
 def warmup_ratio(s: dict, epochs: int, train_rows: int) -> float:
-    """--actor.lr_warmup_ratio giving s['warmup'] optimizer steps. OpenRLHF takes the warm-up
-    as a ratio of the schedule length it computes from the data (rows x N // train batch x
-    episodes x epochs, ppo_trainer.prepare_datasets), not from --train.max_steps; the - 0.5
-    keeps ceil(length x ratio) on the step count despite rounding (as recipe_lib.sh does)."""
+    """--actor.lr_warmup_ratio giving s['warmup'] >= 1 optimizer steps. OpenRLHF takes the
+    warm-up as a ratio of the schedule length it computes from the data (rows x N // train
+    batch x episodes x epochs, ppo_trainer.prepare_datasets), not from --train.max_steps; the
+    - 0.5 keeps ceil(length x ratio) on the step count despite rounding (as recipe_lib.sh does)."""
     length = train_rows * s["n"] // s["train_batch"] * epochs
-    if s["warmup"] <= 0:
-        return 0.0
     return 1.0 if length <= s["warmup"] else (s["warmup"] - 0.5) / length
 
 
