@@ -16,6 +16,7 @@ minutes, so SPEED's time to accuracy can be measured with real learning curves.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -25,10 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from openrlhf_speed.data.arithmetic import get_level, shot_keys
+from openrlhf_speed.data.arithmetic import Problem, get_level, shot_keys
 from openrlhf_speed.data.build import apportion, generate_splits, make_row
 from openrlhf_speed.models.default_model import cache_root
-from openrlhf_speed.proving.recipe import Variant, get_variant
+from openrlhf_speed.proving.passtable import is_direct
+from openrlhf_speed.proving.recipe import FACT_LEVELS, Variant, get_variant
 from openrlhf_speed.proving.tokenizer import VOCAB_SIZE, build_tokenizer, special_ids
 
 INSTRUCTION = "{question}"  # the bare question: the model knows no other instruction
@@ -57,8 +59,24 @@ def rl_splits(v: Variant, seed: int) -> dict:
     return generate_splits(v.n_rl_train, v.n_test, v.rl_weights, seed)
 
 
+DIRECT_OPENING = "\\boxed{"
+"""What a direct example teaches outside FACT_LEVELS: the habit of skipping the working, not
+its digits, which cannot be computed without the working on 2-3 digit problems. (A first v3
+build labelled every direct answer whole and displaced half the worked examples with them:
+pass 0.06 against v2's 0.40, `7 + 8` answered 16. Labelling the opening alone did not mend it
+while worked examples stayed at 40% of 48 a step, pass 0.03: this model needs v2's 48 worked
+examples a step, so direct ones now come on top, sft_batch 96 at direct_share 0.5.)"""
+
+
+def direct(p: Problem) -> Problem:
+    """The problem answered without its working: `\\boxed{answer}` alone."""
+    return dataclasses.replace(p, solution=f"\\boxed{{{p.answer}}}")
+
+
 def sft_stream(v: Variant, seed: int, excluded: set[str]):
-    """(prompt text, solution) pairs forever, levels interleaved in SFT_MIX proportions.
+    """Problems with their solutions forever, levels interleaved in SFT_MIX proportions, a
+    `v.direct_share` of them answered without working (a coin of its own, so the habit does
+    not depend on the problem).
 
     Repeats are allowed (the small levels have 25-81 problems); test keys and worked-example
     keys are not.
@@ -66,6 +84,7 @@ def sft_stream(v: Variant, seed: int, excluded: set[str]):
     per_level = apportion(1000, {k: w for k, w in v.sft_weights.items() if w > 0})
     order = [name for name, n in per_level.items() for _ in range(n)]
     rng = random.Random(f"openrlhf_speed.proving/sft/{seed}")
+    coin = random.Random(f"openrlhf_speed.proving/sft-direct/{seed}")
     while True:
         rng.shuffle(order)
         for name in order:
@@ -74,21 +93,26 @@ def sft_stream(v: Variant, seed: int, excluded: set[str]):
                 p = draw(rng)
                 if p.key not in excluded:
                     break
-            yield p
+            yield direct(p) if coin.random() < v.direct_share else p
 
 
 def _encode_batch(tok, problems, device="cpu"):
-    """Left-aligned prompt+solution ids, with labels only on the solution and its </s>."""
+    """Left-aligned prompt+solution ids, with labels only on the solution and its </s>; a
+    direct answer outside FACT_LEVELS is labelled on its opening `\\boxed{` alone
+    (DIRECT_OPENING's docstring)."""
     import torch
 
+    opening = len(tok(DIRECT_OPENING, add_special_tokens=False)["input_ids"])
     rows, labels = [], []
     for p in problems:
         prompt = tok.apply_chat_template([{"role": "user", "content": p.question}], tokenize=False,
                                          add_generation_prompt=True)
         a = tok(prompt, add_special_tokens=False)["input_ids"]
         b = tok(p.solution, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        opening_only = is_direct(p.solution) and p.level not in FACT_LEVELS
+        taught = b[:opening] + [-100] * (len(b) - opening) if opening_only else b
         rows.append(a + b)
-        labels.append([-100] * len(a) + b)
+        labels.append([-100] * len(a) + taught)
     width = max(map(len, rows))
     ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
     lab = torch.full((len(rows), width), -100, dtype=torch.long)
@@ -142,7 +166,7 @@ def train_sft(v: Variant, seed: int, tok, excluded: set[str], log_every: int = 5
 
     stream = sft_stream(v, seed, excluded)
     print(f"[proving] supervised training: {n_params / 1e6:.2f}M parameters, {v.sft_steps} steps x "
-          f"{v.sft_batch} worked solutions, torch threads {torch.get_num_threads()}", flush=True)
+          f"{v.sft_batch} solutions ({v.direct_share:.0%} direct), torch threads {torch.get_num_threads()}", flush=True)
     t0, tokens, loss_sum = time.time(), 0, 0.0
     for step in range(v.sft_steps):
         for group in opt.param_groups:
@@ -174,13 +198,23 @@ def write_rl_data(v: Variant, splits: dict, out: Path) -> dict:
     return counts
 
 
+def weak_build_warning(v: Variant, table: dict) -> str | None:
+    """A line saying the build learned too little arithmetic for the benchmark's figures, or
+    None. Near the recipe's threshold a build's quality swings with small changes (RL_MIX's
+    note), and a different thread count changes float reductions, so a user can get one."""
+    worked = table["all"].get("pass_worked", float("nan"))
+    if v.min_pass_worked is None or not worked < v.min_pass_worked:  # NaN: no worked answers to judge
+        return None
+    return (f"[proving] warning: answers with working pass {worked:.2f} on train prompts, below this recipe's "
+            f"{v.min_pass_worked:.2f} (its reference build: 0.75): the model learned less arithmetic than the "
+            "benchmark's figures assume; rebuild with another --seed (proving-ground build --force --seed N)")
+
+
 def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: bool = False,
           overrides: dict | None = None) -> Path:
     """Build (or find) the variant's folder: the HF model, its tokenizer, data/{train,test}.jsonl
     and build.json (recipe, timings and the start model's pass table). `overrides` replaces
     recipe fields (tests shrink the build with it; pass `out` too, the cache name ignores it)."""
-    import dataclasses
-
     import torch
 
     from openrlhf_speed.proving.passtable import format_table, pass_table
@@ -205,6 +239,9 @@ def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: 
                               max_new_tokens=v.max_new_tokens, seed=seed)
     print("RL train prompts, " + format_table(table), flush=True)
     print("held-out prompts, " + format_table(held_out), flush=True)
+    warning = weak_build_warning(v, table)
+    if warning:
+        print(warning, flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     if force and out.exists():
         shutil.rmtree(out)

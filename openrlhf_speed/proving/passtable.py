@@ -4,6 +4,11 @@ or all of k samples (temperature 1.0, as RL samples), and the mean pass rate.
 This is what SPEED screens on, so it is what the issue's "25-40% never solved, 10-25% always
 solved" refers to. Sampling runs in-process with HF `generate` (the model is tiny); responses
 are scored by the training reward itself (rewards/math_reward.py).
+
+Since recipe v3 the table also splits responses by style: `direct` is the share that give
+`\\boxed{answer}` with no working, and `pass_worked` / `pass_direct` the pass rate of each
+style (NaN where a level has none of it). The gap between the two is the room that RL can
+gain by shifting the style, on every prompt at once.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from openrlhf_speed.rewards.math_reward import math_reward
 def correct(response: str, answer: int) -> bool:
     # The training reward itself, so the table and the RL reward never disagree on a response.
     return math_reward(response, str(answer)).reward == 1.0
+
+
+def is_direct(response: str) -> bool:
+    """A response that skips the working: it opens with the boxed answer."""
+    return response.lstrip().startswith("\\boxed")
 
 
 def sample(model, tok, questions: list[str], k: int, max_new_tokens: int, seed: int, batch: int = 256) -> list[list[str]]:
@@ -37,21 +47,31 @@ def sample(model, tok, questions: list[str], k: int, max_new_tokens: int, seed: 
 
 
 def pass_table(model, tok, problems, k: int = 8, max_new_tokens: int = 64, seed: int = 0) -> dict:
-    """{"levels": {level: {prompts, never, some, always, pass_rate}}, "all": {...}, "k": k}."""
+    """{"levels": {level: {prompts, never, some, always, pass_rate, direct, pass_worked,
+    pass_direct}}, "all": {...}, "k": k}."""
     responses = sample(model, tok, [p.question for p in problems], k, max_new_tokens, seed)
-    counts = defaultdict(lambda: {"prompts": 0, "never": 0, "some": 0, "always": 0, "solved": 0})
+    keys = ("prompts", "never", "some", "always", "solved", "direct", "direct_ok", "worked_ok")
+    counts = defaultdict(lambda: dict.fromkeys(keys, 0))
     for p, rs in zip(problems, responses):
-        n_ok = sum(correct(r, p.answer) for r in rs)
+        ok = [correct(r, p.answer) for r in rs]
+        styles = [is_direct(r) for r in rs]
+        n_ok = sum(ok)
         for key in (p.level, "all"):
             c = counts[key]
             c["prompts"] += 1
             c["solved"] += n_ok
             c["never" if n_ok == 0 else "always" if n_ok == k else "some"] += 1
+            c["direct"] += sum(styles)
+            c["direct_ok"] += sum(o and d for o, d in zip(ok, styles))
+            c["worked_ok"] += sum(o and not d for o, d in zip(ok, styles))
     table = {}
     for key, c in counts.items():
-        n = c["prompts"]
+        n, worked = c["prompts"], c["prompts"] * k - c["direct"]
         table[key] = {"prompts": n, "never": round(c["never"] / n, 3), "some": round(c["some"] / n, 3),
-                      "always": round(c["always"] / n, 3), "pass_rate": round(c["solved"] / (n * k), 3)}
+                      "always": round(c["always"] / n, 3), "pass_rate": round(c["solved"] / (n * k), 3),
+                      "direct": round(c["direct"] / (n * k), 3),
+                      "pass_worked": round(c["worked_ok"] / worked, 3) if worked else float("nan"),
+                      "pass_direct": round(c["direct_ok"] / c["direct"], 3) if c["direct"] else float("nan")}
     levels = {p.level for p in problems}
     ordered = {lv: table[lv] for lv in sorted(levels, key=lambda lv: -table[lv]["pass_rate"])}
     return {"k": k, "levels": ordered, "all": table["all"],
@@ -59,11 +79,14 @@ def pass_table(model, tok, problems, k: int = 8, max_new_tokens: int = 64, seed:
 
 
 def format_table(t: dict) -> str:
-    lines = [f"start model, {t['k']} samples per prompt at temperature 1.0:",
-             f"{'level':<22}{'prompts':>8}{'never':>8}{'some':>8}{'always':>8}{'pass':>8}"]
+    lines = [f"start model, {t['k']} samples per prompt at temperature 1.0 (direct: share of responses "
+             "without working; p_work, p_dir: pass rate of each style):",
+             f"{'level':<22}{'prompts':>8}{'never':>8}{'some':>8}{'always':>8}{'pass':>8}{'direct':>8}"
+             f"{'p_work':>8}{'p_dir':>8}"]
     for name, r in [*t["levels"].items(), ("all", t["all"])]:
         lines.append(f"{name:<22}{r['prompts']:>8}{r['never']:>8.2f}{r['some']:>8.2f}{r['always']:>8.2f}"
-                     f"{r['pass_rate']:>8.2f}")
+                     f"{r['pass_rate']:>8.2f}{r.get('direct', float('nan')):>8.2f}"
+                     f"{r.get('pass_worked', float('nan')):>8.2f}{r.get('pass_direct', float('nan')):>8.2f}")
     if t.get("example"):
         lines.append(f"example: {t['example']['question']!r} -> {t['example']['response']!r}")
     return "\n".join(lines)

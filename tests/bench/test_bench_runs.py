@@ -203,7 +203,7 @@ def test_proving_preset_uses_the_proving_data(tmp_path, monkeypatch):
     assert (args.model, args.runs, args.target_rule) == ("proving", 2, "uniform_gain:0.75")
     assert args.skip_engine is True  # its driver measurement replays the requests on raw vLLM instead
     sizes = ("batch", "n", "n_init", "max_new_tokens", "steps", "eval_every")
-    assert tuple(s[k] for k in sizes) == (16, 16, 4, 64, 30, 10)
+    assert tuple(s[k] for k in sizes) == (16, 16, 4, 64, 30, 2)
     assert (s["eval_prompts"], s["eval_k"], s["lr"]) == (1200, 1, 1e-4)
     got_train, got_test = bench_run._data(args, s, str(tmp_path))
     assert asked == ["proving"] and got_train == str(train)
@@ -213,6 +213,11 @@ def test_proving_preset_uses_the_proving_data(tmp_path, monkeypatch):
     flag = lambda f: cmd[cmd.index(f) + 1]
     assert flag("--actor.model_name_or_path") == "proving" and flag("--data.prompt_dataset") == str(train)
     assert flag("--data.max_len") == str(512 + 64) and flag("--speed.n_init") == "4" and flag("--train.seed") == "43"
+    # the proving model computes in float32 whatever the CPU (its figures must not depend on native bf16)
+    assert flag("--ds.param_dtype") == "fp32" and flag("--vllm.dtype") == "float32"
+    args.model = "default"
+    assert "--ds.param_dtype" not in bench_run.train_command("speed", s, args, got_train, got_test, str(tmp_path / "x"))
+    args.model = "proving"
     # Explicit flags override the mode's defaults; given data files win over the proving data.
     args = bench_run.build_parser().parse_args(["--mode", "proving", "--model", "proving-ci", "--runs", "3",
                                                 "--prompt_data", str(train), "--eval_data", str(test)])

@@ -110,6 +110,88 @@ def test_supervised_examples_never_use_held_out_keys():
     assert {p.level for p in drawn} == set(v.sft_weights)
 
 
+def test_a_direct_share_of_supervision_skips_the_working_whatever_the_problem():
+    # v3's habit: a coin independent of the problem decides whether an example shows its
+    # working, so every level carries about the same share and RL can shift it on all at once.
+    from collections import Counter
+    from itertools import islice
+
+    from openrlhf_speed.proving.build import sft_stream
+    from openrlhf_speed.proving.passtable import correct, is_direct
+
+    v = recipe.get_variant("full")
+    assert 0 < v.direct_share < 1 and recipe.get_variant("ci").direct_share == 0
+    drawn = list(islice(sft_stream(v, 0, set()), 4000))
+    share = sum(is_direct(p.solution) for p in drawn) / len(drawn)
+    assert abs(share - v.direct_share) < 0.03
+    by_level, direct_by_level = Counter(p.level for p in drawn), Counter(p.level for p in drawn if is_direct(p.solution))
+    for level in ("sum_2digit", "mul_2x1", "mul_1x1"):  # levels with and without worked steps
+        assert abs(direct_by_level[level] / by_level[level] - v.direct_share) < 0.1, level
+    for p in drawn[:200]:  # either style is a correct answer to the training reward
+        assert correct(p.solution, p.answer)
+        assert is_direct(p.solution) == (p.solution == f"\\boxed{{{p.answer}}}")
+    assert not any(is_direct(p.solution) for p in islice(sft_stream(recipe.get_variant("ci"), 0, set()), 500))
+
+
+def test_a_direct_example_teaches_its_opening_not_its_digits():
+    # Digits of a 2-digit product written without working are noise targets (first v3 build:
+    # pass 0.06); the habit is the opening, and a worked example keeps every label.
+    from openrlhf_speed.data.arithmetic import get_level
+    from openrlhf_speed.proving.build import DIRECT_OPENING, _encode_batch, direct
+
+    import random
+
+    tok = build_tokenizer()
+    p, fact = get_level("mul_2x2").draw(random.Random(1)), get_level("mul_1x1").draw(random.Random(1))
+    ids, lab, _ = _encode_batch(tok, [p, direct(p), fact, direct(fact)])
+    taught = [tok.decode([int(i) for i, l in zip(ids[r], lab[r]) if l != -100]) for r in range(4)]
+    assert taught[0] == p.solution + tok.eos_token
+    assert taught[1] == DIRECT_OPENING and direct(p).solution.startswith(DIRECT_OPENING)
+    # a one-step fact can be recalled without working: its direct answer is taught whole
+    assert taught[2] == fact.solution + tok.eos_token and taught[3] == f"\\boxed{{{fact.answer}}}" + tok.eos_token
+
+
+def test_a_weak_build_says_so_and_names_the_fix():
+    from openrlhf_speed.proving.build import weak_build_warning
+
+    full, ci = recipe.get_variant("full"), recipe.get_variant("ci")
+    weak, fine = {"all": {"pass_worked": 0.39}}, {"all": {"pass_worked": 0.75}}
+    assert "0.39" in weak_build_warning(full, weak) and "--seed" in weak_build_warning(full, weak)
+    assert weak_build_warning(full, fine) is None
+    assert weak_build_warning(ci, weak) is None  # CI's variant only has to run the pipeline
+    assert weak_build_warning(full, {"all": {"pass_worked": float("nan")}}) is None
+
+
+def test_fact_levels_are_the_levels_answered_in_one_step():
+    from openrlhf_speed.data.arithmetic import get_level
+
+    import random
+
+    rng = random.Random(0)
+    for level in recipe.LEVELS:
+        one_step = all(get_level(level).draw(rng).solution.count(" = ") == 1 for _ in range(50))
+        assert one_step == (level in recipe.FACT_LEVELS), level
+
+
+def test_pass_table_splits_responses_by_style(monkeypatch):
+    from openrlhf_speed.data.arithmetic import get_level
+    from openrlhf_speed.proving import passtable
+
+    import random
+
+    rng = random.Random(0)
+    a, b = get_level("mul_2x1").draw(rng), get_level("mul_1x1").draw(rng)
+    canned = {a.question: [a.solution, "\\boxed{0}", f"\\boxed{{{a.answer}}}", "wrong. \\boxed{1}"],
+              b.question: [f"\\boxed{{{b.answer}}}"] * 4}
+    monkeypatch.setattr(passtable, "sample", lambda m, t, qs, k, n, seed: [canned[q] for q in qs])
+    t = passtable.pass_table(None, None, [a, b], k=4)
+    ra, rb = t["levels"]["mul_2x1"], t["levels"]["mul_1x1"]
+    assert (ra["direct"], ra["pass_worked"], ra["pass_direct"], ra["pass_rate"]) == (0.5, 0.5, 0.5, 0.5)
+    assert rb["direct"] == 1.0 and rb["pass_direct"] == 1.0 and rb["pass_worked"] != rb["pass_worked"]  # NaN: none
+    assert t["all"]["direct"] == 0.75 and t["all"]["pass_rate"] == 0.75
+    assert "p_work" in passtable.format_table(t)
+
+
 def test_a_second_build_reuses_the_folder(built, capsys):
     from openrlhf_speed.proving.build import build
 
