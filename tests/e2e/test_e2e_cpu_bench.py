@@ -11,6 +11,8 @@ import subprocess
 import pytest
 from _util import openrlhf_speed_cmd
 
+from openrlhf_speed.proving import recipe
+
 pytestmark = pytest.mark.e2e_extra
 
 
@@ -23,7 +25,8 @@ def test_proving_ci_bench_builds_the_model_and_reports_every_curriculum(tmp_path
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     assert "[proving] building the 'ci' proving-ground model" in log and "start model, 8 samples per prompt" in log
-    assert (tmp_path / "cache" / "models" / "proving-ci-v2" / "build.json").is_file()
+    folder = recipe.get_variant("ci").folder  # named by the recipe's version: a stale build is never reused
+    assert (tmp_path / "cache" / "models" / folder / "build.json").is_file()
     # One progress line per evaluation and step, per curriculum.
     for name in ("uniform", "dapo", "speed"):
         assert f"[bench {name}] eval step 0 | accuracy" in log and f"[bench {name}] step 1 |" in log, log[-3000:]
