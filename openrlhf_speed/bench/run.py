@@ -77,7 +77,8 @@ PRESETS = {
     # lr: set on uniform runs only, before any SPEED run. 1e-3 collapsed the model (batch
     # reward 0.44 -> 0.004 in 6 steps), 3e-4 degraded it (0.41 -> 0.15 in 7 steps): Adam's first
     # steps move every weight by about lr, which a 1.8M model with fan-in 192-512 feels
-    # coherently. 30 steps: 3 curricula x 2 runs at about 14 min each fit the 90-minute budget.
+    # coherently. 30 steps: 3 curricula x 2 runs fit the 90-minute budget (recipe v2 without native
+    # bf16: 12-16 min each, 87 min; v3 evaluated every 2 steps with native bf16: 8-9.5 min each, 55 min).
     # eval_every 2 (recipe v3): uniform gains most of its held-out accuracy within 10 steps
     # (0.37 -> 0.59 on 400 prompts), so a 10-step grid could not tell 2x sooner from as soon.
     "proving": dict(batch=16, n=16, n_init=4, max_new_tokens=64, steps=30, eval_every=2, eval_prompts=1200, eval_k=1,
