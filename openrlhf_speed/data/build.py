@@ -116,18 +116,23 @@ def _rng(seed: int, split: str, part: str) -> random.Random:
     return random.Random(f"openrlhf_speed.data/{seed}/{split}/{part}")
 
 
-def generate_splits(n_train: int, n_test: int, mix: dict[str, float] | None = None, seed: int = 0) -> dict:
+def generate_splits(n_train: int, n_test: int, mix: dict[str, float] | None = None, seed: int = 0,
+                    test_mix: dict[str, float] | None = None) -> dict:
     """The problems of both splits, without prompts or I/O.
 
+    `test_mix` (default: `mix`) weights the test split apart from the train one, as a paper
+    evaluates on benchmarks other than its training set. Each level's draws depend only on the
+    seed, the split and the level, so the test split is the same whatever the train mix.
     Returns {"train": [Problem], "test": [Problem], "report": {split: {...}}}; each split's
     problems are shuffled across levels deterministically.
     """
     if n_train < 0 or n_test < 0:
         raise ValueError(f"n_train and n_test must be >= 0, got {n_train} and {n_test}")
     weights = normalize_mix(mix)
+    test_weights = weights if test_mix is None else normalize_mix(test_mix)
     examples = shot_keys()
-    test_caps = {name: _test_cap(name) for name in weights}
-    test, test_report = _draw_split("test", n_test, weights, seed, examples, "key", test_caps)
+    test_caps = {name: _test_cap(name) for name in test_weights}
+    test, test_report = _draw_split("test", n_test, test_weights, seed, examples, "key", test_caps)
     train_excluded = examples | {p.key for p in test}
     train, train_report = _draw_split("train", n_train, weights, seed, train_excluded, "question", {})
     _check_disjoint(train, test)

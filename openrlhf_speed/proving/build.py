@@ -56,7 +56,7 @@ def llama_config(v: Variant):
 
 
 def rl_splits(v: Variant, seed: int) -> dict:
-    return generate_splits(v.n_rl_train, v.n_test, v.rl_weights, seed)
+    return generate_splits(v.n_rl_train, v.n_test, v.rl_weights, seed, test_mix=v.held_out_weights)
 
 
 DIRECT_OPENING = "\\boxed{"
@@ -251,7 +251,8 @@ def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: 
         tok.save_pretrained(str(tmp))
         counts = write_rl_data(v, splits, tmp / "data")
         build_info = {"variant": v.name, "seed": seed, "recipe": {k: val for k, val in vars(v).items() if k != "extra"},
-                      "sft_mix": v.sft_weights, "rl_mix": v.rl_weights, "rl_rows": counts, "pass_table": table, "held_out_pass_table": held_out,
+                      "sft_mix": v.sft_weights, "rl_mix": v.rl_weights, "held_out_mix": v.held_out_weights,
+                      "rl_rows": counts, "pass_table": table, "held_out_pass_table": held_out,
                       "build_seconds": round(time.time() - t0, 1), "torch_threads": torch.get_num_threads(), **info}
         with open(tmp / "build.json", "w") as f:
             json.dump(build_info, f, indent=1)

