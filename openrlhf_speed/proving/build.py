@@ -200,7 +200,7 @@ def write_rl_data(v: Variant, splits: dict, out: Path) -> dict:
 
 def weak_build_warning(v: Variant, table: dict) -> str | None:
     """A line saying the build learned too little arithmetic for the benchmark's figures, or
-    None. Near the recipe's threshold a build's quality swings with small changes (RL_MIX's
+    None. Near the recipe's threshold a build's quality swings with small changes (HELD_OUT_MIX's
     note), and a different thread count changes float reductions, so a user can get one."""
     worked = table["all"].get("pass_worked", float("nan"))
     if v.min_pass_worked is None or not worked < v.min_pass_worked:  # NaN: no worked answers to judge

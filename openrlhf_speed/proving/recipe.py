@@ -66,7 +66,8 @@ HELD_OUT_MIX = {  # v3's RL_MIX, weighted towards the levels where the working p
 
 RL_MIX = {  # v4, from v3's per-level table of train prompts (never / always at 8 samples):
     # facts 0 / 1, addsub_2d1d 0 / 0.78, sum_2digit 0.01 / 0, mul_2x1 0.02 / 0.02, expr_3term
-    # 0.16 / 0, addsub_3digit 0.62 / 0 (held-out 0.56), mul_2x2 0.96 / 0 (0.92): predicts 0.29 / 0.15.
+    # 0.16 / 0, addsub_3digit 0.62 / 0 (held-out 0.56), mul_2x2 0.96 / 0 (0.92): predicts 0.29 / 0.15;
+    # the v4 build measured 0.28 / 0.17.
     "sum_small": 0.02, "sum_1digit": 0.03, "mul_1x1": 0.05, "sum_2digit": 0.18, "addsub_2d1d_nocarry": 0.06,
     "mul_2x1": 0.20, "addsub_3digit": 0.20, "mul_2x2": 0.16, "expr_3term": 0.10,
 }
@@ -102,7 +103,7 @@ class Variant:
     held_out_mix: dict | None = None
     direct_share: float = 0.0  # supervised examples answered with \boxed{answer} alone
     # Worked answers' pass rate on train prompts below which the build warns that it learned
-    # too little arithmetic (the reference v3 build: 0.75; a weak one, RL_MIX's note: 0.39).
+    # too little arithmetic (the reference v3 build: 0.75; a weak one, HELD_OUT_MIX's note: 0.39).
     min_pass_worked: float | None = None
     extra: dict = field(default_factory=dict)
 
