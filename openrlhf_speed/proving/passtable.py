@@ -55,15 +55,16 @@ def pass_table(model, tok, problems, k: int = 8, max_new_tokens: int = 64, seed:
     for p, rs in zip(problems, responses):
         ok = [correct(r, p.answer) for r in rs]
         styles = [is_direct(r) for r in rs]
-        n_ok = sum(ok)
+        n_ok, n_direct = sum(ok), sum(styles)
+        direct_ok = sum(o and d for o, d in zip(ok, styles))
         for key in (p.level, "all"):
             c = counts[key]
             c["prompts"] += 1
             c["solved"] += n_ok
             c["never" if n_ok == 0 else "always" if n_ok == k else "some"] += 1
-            c["direct"] += sum(styles)
-            c["direct_ok"] += sum(o and d for o, d in zip(ok, styles))
-            c["worked_ok"] += sum(o and not d for o, d in zip(ok, styles))
+            c["direct"] += n_direct
+            c["direct_ok"] += direct_ok
+            c["worked_ok"] += n_ok - direct_ok
     table = {}
     for key, c in counts.items():
         n, worked = c["prompts"], c["prompts"] * k - c["direct"]
