@@ -29,7 +29,7 @@ from pathlib import Path
 from openrlhf_speed.data.arithmetic import Problem, get_level, shot_keys
 from openrlhf_speed.data.build import apportion, generate_splits, make_row
 from openrlhf_speed.models.default_model import cache_root
-from openrlhf_speed.proving.passtable import is_direct
+from openrlhf_speed.proving.passtable import DIRECT_MARK, is_direct
 from openrlhf_speed.proving.recipe import FACT_LEVELS, Variant, get_variant
 from openrlhf_speed.proving.tokenizer import VOCAB_SIZE, build_tokenizer, special_ids
 
@@ -59,7 +59,7 @@ def rl_splits(v: Variant, seed: int) -> dict:
     return generate_splits(v.n_rl_train, v.n_test, v.rl_weights, seed, test_mix=v.held_out_weights)
 
 
-DIRECT_OPENING = "\\boxed{"
+DIRECT_OPENING = DIRECT_MARK + "{"
 """What a direct example teaches outside FACT_LEVELS: the habit of skipping the working, not
 its digits, which cannot be computed without the working on 2-3 digit problems. (A first v3
 build labelled every direct answer whole and displaced half the worked examples with them:
@@ -70,7 +70,7 @@ examples a step, so direct ones now come on top, sft_batch 96 at direct_share 0.
 
 def direct(p: Problem) -> Problem:
     """The problem answered without its working: `\\boxed{answer}` alone."""
-    return dataclasses.replace(p, solution=f"\\boxed{{{p.answer}}}")
+    return dataclasses.replace(p, solution=f"{DIRECT_OPENING}{p.answer}}}")
 
 
 def sft_stream(v: Variant, seed: int, excluded: set[str]):

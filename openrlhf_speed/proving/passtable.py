@@ -23,9 +23,12 @@ def correct(response: str, answer: int) -> bool:
     return math_reward(response, str(answer)).reward == 1.0
 
 
+DIRECT_MARK = "\\boxed"  # what a response without working opens with (build.DIRECT_OPENING adds its brace)
+
+
 def is_direct(response: str) -> bool:
     """A response that skips the working: it opens with the boxed answer."""
-    return response.lstrip().startswith("\\boxed")
+    return response.lstrip().startswith(DIRECT_MARK)
 
 
 def sample(model, tok, questions: list[str], k: int, max_new_tokens: int, seed: int, batch: int = 256) -> list[list[str]]:
