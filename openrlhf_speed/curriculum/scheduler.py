@@ -70,8 +70,8 @@ import numpy as np
 from .config import FLAGS, RESUMABLE_CHANGES, SpeedConfig
 from .metrics import (Window, batch_metrics, starvation_due, starvation_error_message,
                       starvation_warning, useful_tokens)
-from .records import (PHASE_CONTINUE, PHASE_FULL, PHASE_SCREEN, STATUS_OF_PHASE, STATUS_READY, STATUS_REJECTED, Batch,
-                      PromptState, Request, StarvationError, StarvationWarning)
+from .records import (PHASE_CONTINUE, PHASE_FULL, PHASE_SCREEN, STATUS_CONTINUING, STATUS_FULL, STATUS_OF_PHASE,
+                      STATUS_READY, STATUS_REJECTED, Batch, PromptState, Request, StarvationError, StarvationWarning)
 from .history import PromptHistory
 from .staleness import REASON_STALE, screening_age, stale_reason, staleness_histogram
 from .strategies import ACCEPT, REJECT, REQUEST, SKIP, STRATEGIES, Decision
@@ -108,12 +108,13 @@ class Scheduler:
         """The order in which epoch `epoch` starts prompts. [num_prompts] of indices."""
         return np.random.default_rng([self.config.seed, epoch]).permutation(self.num_prompts)
 
-    def next_requests(self) -> list[Request]:
-        """New work since the last call: continuations first, then new prompts."""
+    def next_requests(self, start_new: bool = True) -> list[Request]:
+        """New work since the last call: continuations first, then new prompts (none when
+        `start_new` is False: the driver's feeding thread, once a batch is on its way)."""
         self._check_hard_limit()
         self._expire_stale()
         out, self._outbox = self._outbox, []
-        while self._can_start():
+        while start_new and self._can_start():
             nxt = self._next_prompt()
             if nxt is None:
                 break
@@ -212,6 +213,12 @@ class Scheduler:
     @property
     def buffer_len(self) -> int:
         return len(self._ready)
+
+    @property
+    def groups_coming(self) -> int:
+        """Complete groups plus prompts in flight that will complete one unless the engine
+        fails (continuations, full requests); screenings in flight are not counted."""
+        return len(self._ready) + sum(s.status in (STATUS_CONTINUING, STATUS_FULL) for s in self._inflight.values())
 
     @property
     def inflight_prompts(self) -> int:

@@ -12,8 +12,11 @@ reuses its conversion of an engine response into an `Experience`. Per request:
   together with screenings of the next prompts, so the engines never idle between phases
   (the paper's pre-fetching, done per prompt rather than per batched call);
 - across steps: requests still in flight when a batch is complete keep generating during
-  training; `drain()` collects them before the weight sync, so no response mixes tokens of
-  two policies. Each response records the policy version that generated it, and the batch
+  training, and while the actor trains a thread keeps the engines fed (`start_feeding`,
+  `--speed.feed_during_training`): a screening that finishes gets its continuation at once
+  and new prompts are screened up to the in-flight bound, instead of waiting for the next
+  step. `drain()` stops that thread and collects everything before the weight sync, so no
+  response mixes tokens of two policies. Each response records the policy version that generated it, and the batch
   metrics report the staleness of screening samples. Groups whose screening is older than
   `--speed.max_staleness` versions are screened again by the scheduler, never trained;
   younger stale samples are weighted by OpenRLHF's importance-sampling correction
@@ -51,6 +54,7 @@ requests against raw vLLM (bench/driver.py). Older traces lack "config", "prompt
 
 import json
 import math
+import threading
 import time
 from typing import Dict, List, Optional
 
@@ -59,6 +63,7 @@ import torch
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from tqdm import tqdm
 from vllm import SamplingParams
+from vllm.sampling_params import RequestOutputKind
 
 from openrlhf_speed.curriculum import Response, Scheduler, SpeedConfig
 from openrlhf_speed.rewards.guard import DEFAULT_MAX_ERROR_RATE, DEFAULT_RETRIES, RewardGuard, invalid_reason
@@ -67,7 +72,10 @@ from openrlhf_speed.rollout.checkpoint import resume_hint
 
 # Per-window counters of _collect, reported as these metrics (see the module docstring).
 COUNTS = {"tokens": "driver/tokens_returned", "responses": "driver/responses_returned",
-          "convert_s": "timing_parts/convert", "wait_s": "driver/wait_s", "outstanding_s": None}
+          "convert_s": "timing_parts/convert", "wait_s": "driver/wait_s", "outstanding_s": None,
+          "fed_responses": "driver/responses_fed", "fed_s": "driver/feed_s"}
+# How often the feeding thread looks for a stop while it waits on the engines (seconds).
+_FEED_POLL_S = 0.05
 
 
 class EngineDiedError(RuntimeError):
@@ -82,6 +90,10 @@ def _sampling_fields(params: SamplingParams, max_length: int) -> dict:
 
 
 class SpeedSamplesGenerator(SamplesGenerator):
+    _feeder: Optional[threading.Thread] = None  # the feeding thread while it runs (start_feeding)
+    _feed_stop: Optional[threading.Event] = None
+    _feed_error: Optional[BaseException] = None
+
     def __init__(self, strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines, config: SpeedConfig,
                  trace_path: Optional[str] = None, max_steps: Optional[int] = None):
         super().__init__(strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines)
@@ -105,6 +117,8 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self._overhead_s = 0.0  # driver time since the last batch, see the module docstring
         self._counts = dict.fromkeys(COUNTS, 0.0)  # the driver/* figures since the last batch
         self._traced_prompts: set = set()  # prompt indices whose text is in the trace already
+        # Sent once: each request would carry it otherwise (rollout/engine.py, set_tokenizer).
+        ray.get([engine.set_tokenizer.remote(self.tokenizer) for engine in self.vllm_engines])
         if self._trace is not None:
             self._log_config()
 
@@ -113,6 +127,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
     def generate_samples(self, **generate_kwargs):
         """(B*N Experiences in contiguous groups, None, groups handed out, exhausted)."""
         t0 = time.time()
+        self.stop_feeding()  # generation-only runs have no drain between steps
         self.scheduler.policy_version = self.policy_version
         batch = None if self._step_limit_reached() else self._fill_batch(generate_kwargs)
         if batch is None:
@@ -144,9 +159,53 @@ class SpeedSamplesGenerator(SamplesGenerator):
         # The scheduler's step counter is part of its state, so the limit holds across resumes.
         return self.max_steps is not None and self.scheduler.totals().get("steps", 0) >= self.max_steps
 
+    def start_feeding(self) -> None:
+        """Keep the engines fed while the actor trains (`--speed.feed_during_training`): a
+        thread dispatches what the scheduler asks for and collects what the engines return,
+        as a step's fill does, until `stop_feeding` (drain() and generate_samples() call it);
+        it starts new prompts only while fewer than B groups are complete or being completed. Nothing else may touch the scheduler or the requests meanwhile; the trainer
+        only trains, over other actors. Its work counts as `driver/responses_fed` and its own
+        code as `driver/feed_s`, not as the step's wait or overhead: it is off the critical path."""
+        if self._feeder is not None or not self._kwargs or self._step_limit_reached():
+            return  # running already, no step yet, or the last step: nothing more would train
+        self._feed_stop = threading.Event()
+        self._feeder = threading.Thread(target=self._feed, args=(self._kwargs,), name="speed-feeder", daemon=True)
+        self._feeder.start()
+
+    def stop_feeding(self) -> None:
+        """Stop the feeding thread and wait for it; an error it hit (an engine died, the reward
+        guard stopped the run) is raised here, in the trainer's thread."""
+        if self._feeder is None:
+            return
+        self._feed_stop.set()
+        self._feeder.join()
+        self._feeder = None
+        error, self._feed_error = self._feed_error, None
+        if error is not None:
+            raise error
+
+    def _feed(self, kwargs) -> None:
+        try:
+            while not self._feed_stop.is_set():
+                t0 = time.perf_counter()
+                # New prompts only until the next batch is on its way: the feeding would otherwise
+                # fill the whole buffer with groups screened now, which train one or more syncs later
+                # (measured, proving benchmark: trained screenings 2.0 versions old, against 0.84).
+                start_new = self.scheduler.groups_coming < self.scheduler.config.batch_prompts
+                for request in self.scheduler.next_requests(start_new=start_new):
+                    self._dispatch(request, kwargs)
+                self._counts["fed_s"] += time.perf_counter() - t0
+                if not self._pending:  # nothing in flight, and nothing may start
+                    self._feed_stop.wait(_FEED_POLL_S)
+                    continue
+                self._collect(kwargs, timeout=_FEED_POLL_S, background=True)
+        except BaseException as e:  # noqa: BLE001 -- handed to the trainer's thread by stop_feeding
+            self._feed_error = e
+
     def drain(self) -> float:
         """Collect every request in flight (before a weight sync); returns seconds waited."""
         t0 = time.time()
+        self.stop_feeding()
         while self._pending:
             self._collect(self._kwargs)
         return time.time() - t0
@@ -193,6 +252,9 @@ class SpeedSamplesGenerator(SamplesGenerator):
             min_tokens=kwargs.get("min_new_tokens", 1),
             skip_special_tokens=kwargs.get("skip_special_tokens", False),
             logprobs=1 if self.args.algo.advantage.is_correction_level != "off" else None,
+            # The engine actor keeps only the final output; vLLM's default (CUMULATIVE) builds
+            # a RequestOutput and wakes the actor's task at every token of every response.
+            output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
     def _dispatch(self, request, kwargs, engine=None, n=None, kept=(), attempt=0) -> None:
@@ -209,8 +271,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
             label=self.labels[request.prompt_index],
             sampling_params=params,
             max_length=max_length,
-            hf_tokenizer=self.tokenizer,
-            num_samples=n,
+            num_samples=n,  # no hf_tokenizer: the engine holds it (set_tokenizer above)
         )
         self._pending[ref] = (request, engine, self.policy_version, list(kept), attempt)
         self._engine_load[engine] += n
@@ -226,14 +287,16 @@ class SpeedSamplesGenerator(SamplesGenerator):
         else:  # "start" stays one per screening (older readers count them); a continuation is its own event
             self._log("continue" if request.phase == "continue" else "start", epoch=request.epoch, **fields)
 
-    def _collect(self, kwargs) -> None:
-        """Wait for at least one request, then take every other one that is done too."""
+    def _collect(self, kwargs, timeout: Optional[float] = None, background: bool = False) -> None:
+        """Wait for at least one request (at most `timeout` seconds), then take every other one
+        that is done too. `background`: the feeding thread's call, off the step's clock."""
         outstanding, t_wait = sum(self._engine_load), time.perf_counter()
-        ready, rest = ray.wait(list(self._pending), num_returns=1)
-        if rest:
+        ready, rest = ray.wait(list(self._pending), num_returns=1, timeout=timeout)
+        if ready and rest:
             ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         waited = time.perf_counter() - t_wait
-        for ref in ready:
+        t_own = time.perf_counter()
+        for ref in ready:  # none when `timeout` passed first
             request, engine, version, kept, attempt = self._pending.pop(ref)
             try:
                 outputs = ray.get(ref)  # done already: ray.wait returned it
@@ -243,11 +306,17 @@ class SpeedSamplesGenerator(SamplesGenerator):
             t0 = time.perf_counter()
             experiences = [self._process_response_into_experience(o, **kwargs) for o in outputs]
             t1 = time.perf_counter()
-            self._counts["convert_s"] += t1 - t0
             self._counts["tokens"] += sum(int(e.response_length[0]) for e in experiences)
             self._counts["responses"] += len(experiences)
             self._take_scored(request, engine, version, kept, attempt, experiences, kwargs)
-            self._overhead_s += time.perf_counter() - t1
+            if background:
+                self._counts["fed_responses"] += len(experiences)
+            else:
+                self._counts["convert_s"] += t1 - t0
+                self._overhead_s += time.perf_counter() - t1
+        if background:  # conversion included: all of it overlaps training
+            self._counts["fed_s"] += time.perf_counter() - t_own
+            return
         self._counts["wait_s"] += waited
         self._counts["outstanding_s"] += outstanding * waited
 
@@ -298,7 +367,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
 
     # -- checkpoints -------------------------------------------------------------------
     def state_dict(self) -> dict:
-        if self._pending:
+        if self._pending or self._feeder is not None:
             raise RuntimeError("state_dict() with requests in flight: call drain() first")
         return {"scheduler": self.scheduler.state_dict(), "policy_version": self.policy_version,
                 "reward_guard": self.reward_guard.state_dict()}

@@ -7,8 +7,9 @@ into optimizer steps of `--train.batch_size` samples, repeated `--train.max_epoc
 B * N / train.batch_size * max_epochs optimizer steps per training step.
 
 Step anatomy with SPEED: generate_samples (the curriculum fills a batch; pre-fetched
-requests keep running) -> experience -> train -> drain (collect requests still in flight,
-so none straddles a weight change) -> weight sync (policy version + 1) -> checkpoint
+requests keep running) -> experience -> train (meanwhile the driver's feeding thread keeps
+the engines busy, `--speed.feed_during_training`) -> drain (stop feeding, collect requests
+still in flight, so none straddles a weight change) -> weight sync (policy version + 1) -> checkpoint
 (the curriculum state first, then the actor's; see rollout/checkpoint.py for why that
 order, and which checkpoint a rerun with --ckpt.load_enable reads).
 
@@ -217,6 +218,8 @@ def make_trainer_class(upstream_actor_class):
             reward_time = _reward_seconds(rollout_samples)
             # A reward model scores later, inside the experience maker: nothing to check yet.
             reward_counts = {} if self.args.reward.model_name_or_path else _check_rewards(rollout_samples, global_step)
+            if self.speed and self.args.speed.feed_during_training == "on":
+                self.samples_generator.start_feeding()  # until the drain in broadcast_to_vllm
             status, step = super().train_step(rollout_samples, global_step)
             if not self.speed:  # SPEED reports reward/* over every scored response instead
                 status.update(reward_counts)

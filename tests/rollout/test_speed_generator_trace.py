@@ -22,6 +22,7 @@ KWARGS = {"max_new_tokens": 8, "temperature": 0.9, "top_p": 1.0, "max_len": 64}
 class FakeEngine:
     def __init__(self):
         self.sent = []  # (ref, num_samples) per generate_responses call
+        self.calls = []  # the keyword arguments of each call
         self.generate_responses = NS(remote=self._generate)
         self.engine_settings = NS(remote=lambda: {"dtype": "float32", "max_num_seqs": 128,
                                                   "max_num_batched_tokens": 2048, "enable_chunked_prefill": True,
@@ -30,6 +31,7 @@ class FakeEngine:
     def _generate(self, **kw):
         ref = f"ref{len(self.sent)}"
         self.sent.append((ref, kw["num_samples"]))
+        self.calls.append(kw)
         return ref
 
 
@@ -98,3 +100,19 @@ def test_a_continuation_is_its_own_event_and_start_stays_one_per_screening(gen, 
     assert sum(e["event"] == "prompt" for e in events) == 1  # the text once per prompt
     (c,) = [e for e in events if e["event"] == "continue"]
     assert (c["prompt"], c["n"], c["phase"], c["engine"]) == (request.prompt_index, 2, "continue", 0)
+
+
+def test_a_request_carries_no_tokenizer_and_asks_for_the_final_output_only(gen):
+    """Ray pickles every argument of every call (a 1.6 MB tokenizer for SmolLM2: the engine
+    keeps the one set_tokenizer sent), and vLLM's default output kind builds an output at every
+    token of every response, which the engine actor throws away."""
+    from vllm.sampling_params import RequestOutputKind
+
+    for request in gen.scheduler.next_requests():
+        gen._dispatch(request, KWARGS)
+    calls = gen.vllm_engines[0].calls
+    assert len(calls) == 2
+    for kw in calls:
+        assert kw.get("hf_tokenizer") is None
+        assert kw["sampling_params"].output_kind == RequestOutputKind.FINAL_ONLY
+        assert kw["num_samples"] == 2 and kw["max_length"] == KWARGS["max_len"]
