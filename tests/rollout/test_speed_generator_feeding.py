@@ -1,6 +1,6 @@
 """While the actor trains, the SPEED driver's feeding thread keeps the engines busy
 (`--speed.feed_during_training`): a finished screening gets its continuation at once, new
-prompts are screened up to the in-flight bound, and drain() stops the thread before the
+prompts are screened until the next batch is on its way, and drain() stops the thread before the
 weight sync with nothing left in flight. Drives the real Scheduler and generator code with a
 fake engine whose requests finish at once, and Ray's wait/get replaced: no Ray or vLLM runs."""
 
