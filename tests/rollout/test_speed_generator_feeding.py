@@ -12,9 +12,9 @@ import pytest
 import ray
 import torch
 
-from openrlhf_speed.curriculum import Scheduler, SpeedConfig
-from openrlhf_speed.rewards.guard import RewardGuard
-from openrlhf_speed.rollout.speed_generator import COUNTS, EngineDiedError, SpeedSamplesGenerator
+from _bare_generator import bare_generator, done_at_once
+from openrlhf_speed.curriculum import SpeedConfig
+from openrlhf_speed.rollout.speed_generator import EngineDiedError
 
 KWARGS = {"max_new_tokens": 8, "temperature": 1.0, "max_len": 64}
 
@@ -45,24 +45,12 @@ class FakeEngine:
 @pytest.fixture
 def gen(monkeypatch):
     engine = FakeEngine()
-    g = SpeedSamplesGenerator.__new__(SpeedSamplesGenerator)
-    g.prompts = [f"Q {i}" for i in range(40)]
-    g.labels = ["x"] * 40
-    g.scheduler = Scheduler(num_prompts=40, config=SpeedConfig(n_samples_per_prompt=6, n_init=2, batch_prompts=2,
-                                                               max_inflight_prompts=4))
-    g.args = NS(algo=NS(advantage=NS(is_correction_level="off")), ckpt=NS(path="/ckpt", load_enable=False))
-    g.vllm_engines, g._engine_load, g._pending = [engine], [0], {}
-    g.policy_version, g._overhead_s, g.reward_guard = 0, 0.0, RewardGuard()
-    g._counts, g._traced_prompts, g._trace, g.max_steps = dict.fromkeys(COUNTS, 0.0), set(), None, None
-    g._kwargs = {}
+    g = bare_generator([f"Q {i}" for i in range(40)], ["x"] * 40,
+                       SpeedConfig(n_samples_per_prompt=6, n_init=2, batch_prompts=2, max_inflight_prompts=4),
+                       [engine], NS(algo=NS(advantage=NS(is_correction_level="off")),
+                                    ckpt=NS(path="/ckpt", load_enable=False)))
     monkeypatch.setattr(ray, "get", engine.outputs)
-
-    def wait(refs, num_returns=1, timeout=None):
-        time.sleep(0.002)
-        refs = list(refs)
-        return refs[:num_returns], refs[num_returns:]
-
-    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray, "wait", done_at_once(0.002))
     g._process_response_into_experience = lambda o, **kw: NS(
         rewards=torch.tensor([o["reward"]]), response_length=torch.tensor([o["length"]]), info={})
     return g

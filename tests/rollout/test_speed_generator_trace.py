@@ -4,17 +4,15 @@ metrics). Drives `_dispatch` and `_collect` against the real Scheduler with a fa
 and Ray's wait/get replaced: no Ray or vLLM runs."""
 
 import json
-import time
 from types import SimpleNamespace as NS
 
 import pytest
 import ray
 import torch
 
+from _bare_generator import bare_generator, done_at_once
 from openrlhf_speed.bench.driver import replay_requests
-from openrlhf_speed.curriculum import Scheduler, SpeedConfig
-from openrlhf_speed.rewards.guard import RewardGuard
-from openrlhf_speed.rollout.speed_generator import COUNTS, SpeedSamplesGenerator
+from openrlhf_speed.curriculum import SpeedConfig
 
 KWARGS = {"max_new_tokens": 8, "temperature": 0.9, "top_p": 1.0, "max_len": 64}
 
@@ -37,24 +35,15 @@ class FakeEngine:
 
 @pytest.fixture
 def gen(tmp_path, monkeypatch):
-    g = SpeedSamplesGenerator.__new__(SpeedSamplesGenerator)
-    g.prompts, g.labels, g.tokenizer = ["Q: 1+1\nA:", "Q: 2+2\nA:"], ["2", "4"], None
-    g.scheduler = Scheduler(num_prompts=2, config=SpeedConfig(n_samples_per_prompt=4, n_init=2, batch_prompts=1))
-    g.args = NS(algo=NS(advantage=NS(is_correction_level="token")), actor=NS(model_name_or_path="/m"),
-                train=NS(seed=7), data=NS(max_len=64),
-                vllm=NS(enforce_eager=True, gpu_memory_utilization=0.9))
-    g.vllm_engines, g._engine_load, g._pending = [FakeEngine()], [0], {}
-    g.policy_version, g._overhead_s, g.reward_guard = 0, 0.0, RewardGuard()
-    g._counts, g._traced_prompts = dict.fromkeys(COUNTS, 0.0), set()
-    g._trace = open(tmp_path / "trace.jsonl", "a")
+    g = bare_generator(["Q: 1+1\nA:", "Q: 2+2\nA:"], ["2", "4"],
+                       SpeedConfig(n_samples_per_prompt=4, n_init=2, batch_prompts=1), [FakeEngine()],
+                       NS(algo=NS(advantage=NS(is_correction_level="token")), actor=NS(model_name_or_path="/m"),
+                          train=NS(seed=7), data=NS(max_len=64),
+                          vllm=NS(enforce_eager=True, gpu_memory_utilization=0.9)),
+                       trace=open(tmp_path / "trace.jsonl", "a"))
     monkeypatch.setattr(ray, "get", lambda ref: ref if isinstance(ref, dict) else [
         {"ref": ref, "length": 5}] * dict(g.vllm_engines[0].sent)[ref])
-
-    def wait(refs, num_returns=1, timeout=None):
-        time.sleep(0.01)
-        return list(refs)[:num_returns], list(refs)[num_returns:]
-
-    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray, "wait", done_at_once(0.01))
     g._process_response_into_experience = lambda o, **kw: NS(
         rewards=torch.tensor([1.0 if o["ref"] != "ref1" else 0.0]), response_length=torch.tensor([o["length"]]),
         info={})
