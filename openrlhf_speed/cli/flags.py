@@ -139,8 +139,14 @@ def add_speed_arguments(parser) -> None:
                    help="... and strictly below this")
     g.add_argument("--speed.correct_threshold", type=float, default=0.5,
                    help="a response counts as correct for the pass rate when its reward is >= this")
+    g.add_argument("--speed.max_inflight_responses", type=int, default=None,
+                   help="no new prompt starts while this many responses are outstanding on the engines (their load, the "
+                   "same for every curriculum). Default: 2 * rollout.batch_size * n_samples_per_prompt, unless "
+                   "--speed.max_inflight_prompts is set (then no response bound)")
     g.add_argument("--speed.max_inflight_prompts", type=int, default=None,
-                   help="prompts with generation outstanding at once (pre-fetching depth). Default: 2 * rollout.batch_size")
+                   help="prompts with generation outstanding at once (pre-fetching depth). Default: as many first requests "
+                   "as fit --speed.max_inflight_responses: 2 * rollout.batch_size for uniform/dapo, "
+                   "2 * rollout.batch_size * n_samples_per_prompt / n_init for screening strategies")
     g.add_argument("--speed.buffer_size", type=int, default=None,
                    help="bound on complete groups waiting for a step plus prompts in flight; when full, no new prompt is "
                    "screened (nothing is generated and thrown away). Default: max_inflight_prompts + rollout.batch_size")
@@ -441,7 +447,8 @@ def prepare(args) -> None:
 
         screens = STRATEGIES[cfg.strategy].uses_n_init
         plan["curriculum"] = {"strategy": cfg.strategy, "n_init": cfg.n_init if screens else None,
-                              "max_inflight_prompts": cfg.inflight_limit, "buffer_size": cfg.buffer_limit,
+                              "max_inflight_prompts": cfg.inflight_limit,
+                              "max_inflight_responses": cfg.inflight_response_limit, "buffer_size": cfg.buffer_limit,
                               "max_staleness": cfg.max_staleness}
         notes += _staleness_correction(args, cfg)
     plan["optimizer_steps_per_training_step"] = optimizer_steps(args)

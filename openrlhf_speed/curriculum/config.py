@@ -36,6 +36,7 @@ FLAGS = {
     "pass_rate_low": "--speed.pass_rate_low",
     "pass_rate_high": "--speed.pass_rate_high",
     "max_inflight_prompts": "--speed.max_inflight_prompts",
+    "max_inflight_responses": "--speed.max_inflight_responses",
     "buffer_size": "--speed.buffer_size",
     "strategy": "--speed.strategy",
     "seed": "--train.seed",
@@ -67,6 +68,7 @@ RESUMABLE_CHANGES = (
     "warn_qualification_rate",
     "max_staleness",
     "max_inflight_prompts",
+    "max_inflight_responses",
     "buffer_size",
     "pass_rate_low",
     "pass_rate_high",
@@ -91,7 +93,11 @@ class SpeedConfig:
     n_init: N_init, screening responses per prompt (`speed` strategy only); N_cont = N - N_init.
     pass_rate_low / pass_rate_high: a prompt qualifies when low < pass rate < high.
     batch_prompts: B, groups per training batch (OpenRLHF's `--rollout.batch_size`).
-    max_inflight_prompts: prompts with generation outstanding; default 2 * B.
+    max_inflight_responses: no new prompt starts while this many responses are
+        outstanding; default 2 * B * N when max_inflight_prompts is unset too, else no bound.
+    max_inflight_prompts: prompts with generation outstanding; default as many first
+        requests as fit max_inflight_responses: 2 * B for curricula that request all N at
+        once, 2 * B * N / N_init for screening ones (`inflight_limit` says why).
     buffer_size: bound on complete groups plus prompts in flight; default
         max_inflight_prompts + B (see Scheduler for why in-flight prompts count).
     strategy: a name in STRATEGIES.
@@ -131,6 +137,7 @@ class SpeedConfig:
     pass_rate_high: float = 1.0
     batch_prompts: int = 32
     max_inflight_prompts: Optional[int] = None
+    max_inflight_responses: Optional[int] = None
     buffer_size: Optional[int] = None
     strategy: str = "speed"
     seed: int = 0
@@ -149,10 +156,24 @@ class SpeedConfig:
     bayes_admit_confidence: float = 0.9
 
     @property
+    def inflight_response_limit(self) -> Optional[int]:
+        if self.max_inflight_responses is not None:
+            return self.max_inflight_responses
+        if self.max_inflight_prompts is not None:
+            return None  # a prompt bound the user set means what it always meant
+        return 2 * self.batch_prompts * self.n_samples_per_prompt
+
+    @property
     def inflight_limit(self) -> int:
-        if self.max_inflight_prompts is None:
-            return 2 * self.batch_prompts
-        return self.max_inflight_prompts
+        """The default window is one of responses, the engines' load, and the same for every
+        curriculum: a bound of 2B prompts gave uniform 2BN responses in flight but SPEED's
+        4-response screenings only 2B*N_init, so its engine ran at about 100 sequences against
+        uniform's 256 and its continuations waited a step (proving benchmark, stop 24)."""
+        if self.max_inflight_prompts is not None:
+            return self.max_inflight_prompts
+        strategy = STRATEGIES.get(self.strategy)
+        first = self.n_init if strategy is not None and strategy.uses_n_init else self.n_samples_per_prompt
+        return max(1, self.inflight_response_limit // max(1, first))
 
     @property
     def buffer_limit(self) -> int:
@@ -189,7 +210,9 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
         )
     if cfg.batch_prompts < 1:
         errors.append(f"{f['batch_prompts']} ({cfg.batch_prompts}) must be >= 1")
-    if cfg.inflight_limit < 1:
+    if cfg.max_inflight_responses is not None and cfg.max_inflight_responses < 1:
+        errors.append(f"{f['max_inflight_responses']} ({cfg.max_inflight_responses}) must be >= 1")
+    elif cfg.inflight_limit < 1:
         errors.append(f"{f['max_inflight_prompts']} ({cfg.max_inflight_prompts}) must be >= 1")
     if cfg.buffer_limit < cfg.batch_prompts:
         errors.append(

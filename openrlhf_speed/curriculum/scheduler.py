@@ -17,8 +17,10 @@ Policies (documented here because the driver and the README rely on them):
   exactly B groups and may mix two epochs (a small dataset can then hold one prompt twice
   in a batch, and start a prompt's next visit before its last one is scored).
 - In-flight bound: at most `max_inflight_prompts` prompts have a request outstanding
-  (screening, continuation or full). Continuations are always issued at once: their
-  prompt is already counted, and waiting would only idle the engines.
+  (screening, continuation or full), and no new prompt starts while
+  `max_inflight_responses` responses are outstanding (by default 2BN, the engines' load
+  whatever the curriculum; SpeedConfig.inflight_limit). Continuations are always issued
+  at once: their prompt is already counted, and waiting would only idle the engines.
 - Buffer bound: complete groups plus in-flight prompts never exceed `buffer_size`. Each
   in-flight prompt reserves a slot because it may qualify; new screening stops while
   the buffer (with reservations) is full, so nothing is generated and then discarded.
@@ -247,8 +249,15 @@ class Scheduler:
 
     def _can_start(self) -> bool:
         inflight = len(self._inflight)
-        return (inflight < self.config.inflight_limit
-                and len(self._ready) + inflight < self.config.buffer_limit)
+        if inflight >= self.config.inflight_limit or len(self._ready) + inflight >= self.config.buffer_limit:
+            return False
+        limit = self.config.inflight_response_limit
+        return limit is None or self.outstanding_responses < limit
+
+    @property
+    def outstanding_responses(self) -> int:
+        """Responses asked for by the requests in flight (issued, not yet submitted)."""
+        return sum(s.request.n for s in self._inflight.values())
 
     def _next_prompt(self) -> Optional[tuple[int, int]]:
         """(epoch, prompt_index) of the next prompt to start, or None after the last epoch."""

@@ -19,6 +19,7 @@ def speed_config(args):
         pass_rate_high=s.pass_rate_high,
         batch_prompts=args.rollout.batch_size,
         max_inflight_prompts=s.max_inflight_prompts,
+        max_inflight_responses=s.max_inflight_responses,
         buffer_size=s.buffer_size,
         strategy=s.strategy,
         seed=args.train.seed,

@@ -244,3 +244,26 @@ def test_groups_coming_counts_ready_and_completing_prompts_and_start_new_false_s
 def test_groups_coming_counts_full_requests_of_uniform():
     sched = Scheduler(4, cfg(strategy="uniform"))
     assert len(sched.next_requests()) == 4 and sched.groups_coming == 4
+
+
+def test_the_response_window_bounds_new_prompts_not_continuations():
+    # Window 8 responses, N_init 2: 4 screenings fill it (the prompt bound derived from it is 4
+    # too); the buffer bound is set out of the way.
+    sched = Scheduler(16, SpeedConfig(n_samples_per_prompt=4, n_init=2, batch_prompts=2, max_inflight_responses=8,
+                                      buffer_size=100, seed=0))
+    assert sched.config.inflight_limit == 4
+    screens = sched.next_requests()
+    assert [r.n for r in screens] == [2, 2, 2, 2] and sched.outstanding_responses == 8
+
+    def answer(req, rewards):
+        sched.submit(req.request_id, [Response(float(x), 1, 0, None) for x in rewards])
+
+    answer(screens[0], [1, 0])  # mixed: qualifies
+    # Its continuation goes out at once, though 6 + 2 = 8 responses are outstanding again:
+    # the window holds new prompts back, never a prompt already started.
+    out = sched.next_requests()
+    assert [(r.prompt_index, r.phase, r.n) for r in out] == [(screens[0].prompt_index, "continue", 2)]
+    assert sched.outstanding_responses == 8
+    answer(screens[1], [0, 0])  # rejected: 6 outstanding, room for one more screening of 2
+    out = sched.next_requests()
+    assert [r.phase for r in out] == ["screen"] and sched.outstanding_responses == 8
