@@ -94,10 +94,9 @@ class SpeedConfig:
     pass_rate_low / pass_rate_high: a prompt qualifies when low < pass rate < high.
     batch_prompts: B, groups per training batch (OpenRLHF's `--rollout.batch_size`).
     max_inflight_responses: no new prompt starts while this many responses are
-        outstanding; default 2 * B * N when max_inflight_prompts is unset too, else no bound.
-    max_inflight_prompts: prompts with generation outstanding; default as many first
-        requests as fit max_inflight_responses: 2 * B for curricula that request all N at
-        once, 2 * B * N / N_init for screening ones (`inflight_limit` says why).
+        outstanding (the engines' load). Default None: no such bound.
+    max_inflight_prompts: prompts with generation outstanding; default 2 * B, or with
+        max_inflight_responses as many first requests as fit it (`inflight_limit`).
     buffer_size: bound on complete groups plus prompts in flight; default
         max_inflight_prompts + B (see Scheduler for why in-flight prompts count).
     strategy: a name in STRATEGIES.
@@ -157,23 +156,23 @@ class SpeedConfig:
 
     @property
     def inflight_response_limit(self) -> Optional[int]:
-        if self.max_inflight_responses is not None:
-            return self.max_inflight_responses
-        if self.max_inflight_prompts is not None:
-            return None  # a prompt bound the user set means what it always meant
-        return 2 * self.batch_prompts * self.n_samples_per_prompt
+        return self.max_inflight_responses
 
     @property
     def inflight_limit(self) -> int:
-        """The default window is one of responses, the engines' load, and the same for every
-        curriculum: a bound of 2B prompts gave uniform 2BN responses in flight but SPEED's
-        4-response screenings only 2B*N_init, so its engine ran at about 100 sequences against
-        uniform's 256 and its continuations waited a step (proving benchmark, stop 24)."""
+        """2B prompts, or with a response window (`max_inflight_responses`) as many first
+        requests as fit it: 2BN responses give uniform 2B prompts and SPEED 2BN/N_init. That
+        window is not the default: it gives SPEED's engines uniform's load (about 256 sequences
+        against 100 at B=8, N=16), but on 2 CPU cores the engines then generate through the
+        training, which slowed steps 11% (2.98 -> 3.32 s), and its screenings ran far enough
+        ahead that 35 groups in 16 steps went stale (proving benchmark, stop 25)."""
         if self.max_inflight_prompts is not None:
             return self.max_inflight_prompts
+        if self.max_inflight_responses is None:
+            return 2 * self.batch_prompts
         strategy = STRATEGIES.get(self.strategy)
         first = self.n_init if strategy is not None and strategy.uses_n_init else self.n_samples_per_prompt
-        return max(1, self.inflight_response_limit // max(1, first))
+        return max(1, self.max_inflight_responses // max(1, first))
 
     @property
     def buffer_limit(self) -> int:

@@ -17,9 +17,9 @@ Policies (documented here because the driver and the README rely on them):
   exactly B groups and may mix two epochs (a small dataset can then hold one prompt twice
   in a batch, and start a prompt's next visit before its last one is scored).
 - In-flight bound: at most `max_inflight_prompts` prompts have a request outstanding
-  (screening, continuation or full), and no new prompt starts while
-  `max_inflight_responses` responses are outstanding (by default 2BN, the engines' load
-  whatever the curriculum; SpeedConfig.inflight_limit). Continuations are always issued
+  (screening, continuation or full), and, when `max_inflight_responses` is set, no new
+  prompt starts while that many responses are outstanding (SpeedConfig.inflight_limit
+  says why it is not the default). Continuations are always issued
   at once: their prompt is already counted, and waiting would only idle the engines.
 - Buffer bound: complete groups plus in-flight prompts never exceed `buffer_size`. Each
   in-flight prompt reserves a slot because it may qualify; new screening stops while

@@ -41,19 +41,20 @@ def test_n_init_is_ignored_by_full_group_strategies():
 
 
 def test_defaults_and_derived_capacities():
-    # The default window is 2BN responses for every curriculum: 2B prompts of N for uniform and
-    # DAPO, 2BN / N_init screenings for SPEED (here N=8, N_init=4: 64 prompts).
-    for strategy, prompts in (("uniform", 32), ("dapo", 32), ("speed", 64), ("speed_bayes", 64)):
-        cfg = SpeedConfig(batch_prompts=16, n_samples_per_prompt=8, n_init=4, strategy=strategy).validate()
-        assert (cfg.inflight_response_limit, cfg.inflight_limit, cfg.buffer_limit) == (256, prompts, prompts + 16)
+    cfg = SpeedConfig(batch_prompts=16).validate()
+    assert (cfg.inflight_response_limit, cfg.inflight_limit, cfg.buffer_limit) == (None, 32, 48)
     assert set(STRATEGIES) >= {"speed", "dapo", "uniform"}
 
 
-def test_an_explicit_prompt_window_keeps_its_meaning():
-    cfg = SpeedConfig(batch_prompts=16, max_inflight_prompts=20).validate()
-    assert (cfg.inflight_response_limit, cfg.inflight_limit, cfg.buffer_limit) == (None, 20, 36)
-    cfg = SpeedConfig(batch_prompts=4, n_samples_per_prompt=8, n_init=2, max_inflight_responses=40).validate()
-    assert (cfg.inflight_response_limit, cfg.inflight_limit) == (40, 20)
+def test_a_response_window_derives_the_prompt_window():
+    # 2BN responses: 2B prompts of N for uniform and DAPO, 2BN / N_init screenings for SPEED
+    # (here N=8, N_init=4: 64 prompts); an explicit prompt window wins.
+    for strategy, prompts in (("uniform", 32), ("dapo", 32), ("speed", 64), ("speed_bayes", 64)):
+        cfg = SpeedConfig(batch_prompts=16, n_samples_per_prompt=8, n_init=4, strategy=strategy,
+                          max_inflight_responses=256).validate()
+        assert (cfg.inflight_limit, cfg.buffer_limit) == (prompts, prompts + 16)
+    cfg = SpeedConfig(batch_prompts=16, max_inflight_prompts=20, max_inflight_responses=256).validate()
+    assert (cfg.inflight_response_limit, cfg.inflight_limit, cfg.buffer_limit) == (256, 20, 36)
     with pytest.raises(ValueError, match=r"--speed.max_inflight_responses \(0\) must be >= 1"):
         SpeedConfig(max_inflight_responses=0).validate()
 
