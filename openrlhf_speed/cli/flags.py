@@ -197,7 +197,7 @@ def add_speed_arguments(parser) -> None:
                    "screening's continuation at once, new screenings until the next batch is on its way), until the "
                    "drain before the weight sync; for engines with devices of their own. off (default): the work in "
                    "flight when a batch is complete runs on, nothing new is sent until the next step; on CPU, where "
-                   "engines and actor share the cores, 'on' measured 14%% slower steps (README)")
+                   "engines and actor share the cores, 'on' measured 14%% (B=16) and 25%% (B=8) slower steps (README)")
     g.add_argument("--speed.trace_path", type=str, default=None,
                    help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
 
