@@ -448,7 +448,7 @@ def prepare(args) -> None:
         screens = STRATEGIES[cfg.strategy].uses_n_init
         plan["curriculum"] = {"strategy": cfg.strategy, "n_init": cfg.n_init if screens else None,
                               "max_inflight_prompts": cfg.inflight_limit,
-                              "max_inflight_responses": cfg.inflight_response_limit, "buffer_size": cfg.buffer_limit,
+                              "max_inflight_responses": cfg.max_inflight_responses, "buffer_size": cfg.buffer_limit,
                               "max_staleness": cfg.max_staleness}
         notes += _staleness_correction(args, cfg)
     plan["optimizer_steps_per_training_step"] = optimizer_steps(args)

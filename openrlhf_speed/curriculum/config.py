@@ -155,10 +155,6 @@ class SpeedConfig:
     bayes_admit_confidence: float = 0.9
 
     @property
-    def inflight_response_limit(self) -> Optional[int]:
-        return self.max_inflight_responses
-
-    @property
     def inflight_limit(self) -> int:
         """2B prompts, or with a response window (`max_inflight_responses`) as many first
         requests as fit it: 2BN responses give uniform 2B prompts and SPEED 2BN/N_init. That

@@ -251,7 +251,7 @@ class Scheduler:
         inflight = len(self._inflight)
         if inflight >= self.config.inflight_limit or len(self._ready) + inflight >= self.config.buffer_limit:
             return False
-        limit = self.config.inflight_response_limit
+        limit = self.config.max_inflight_responses
         return limit is None or self.outstanding_responses < limit
 
     @property

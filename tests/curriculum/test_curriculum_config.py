@@ -42,7 +42,7 @@ def test_n_init_is_ignored_by_full_group_strategies():
 
 def test_defaults_and_derived_capacities():
     cfg = SpeedConfig(batch_prompts=16).validate()
-    assert (cfg.inflight_response_limit, cfg.inflight_limit, cfg.buffer_limit) == (None, 32, 48)
+    assert (cfg.max_inflight_responses, cfg.inflight_limit, cfg.buffer_limit) == (None, 32, 48)
     assert set(STRATEGIES) >= {"speed", "dapo", "uniform"}
 
 
@@ -54,7 +54,7 @@ def test_a_response_window_derives_the_prompt_window():
                           max_inflight_responses=256).validate()
         assert (cfg.inflight_limit, cfg.buffer_limit) == (prompts, prompts + 16)
     cfg = SpeedConfig(batch_prompts=16, max_inflight_prompts=20, max_inflight_responses=256).validate()
-    assert (cfg.inflight_response_limit, cfg.inflight_limit, cfg.buffer_limit) == (256, 20, 36)
+    assert (cfg.max_inflight_responses, cfg.inflight_limit, cfg.buffer_limit) == (256, 20, 36)
     with pytest.raises(ValueError, match=r"--speed.max_inflight_responses \(0\) must be >= 1"):
         SpeedConfig(max_inflight_responses=0).validate()
 
