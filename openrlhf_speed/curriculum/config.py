@@ -166,8 +166,8 @@ class SpeedConfig:
             return self.max_inflight_prompts
         if self.max_inflight_responses is None:
             return 2 * self.batch_prompts
-        strategy = STRATEGIES.get(self.strategy)
-        first = self.n_init if strategy is not None and strategy.uses_n_init else self.n_samples_per_prompt
+        strategy = STRATEGIES.get(self.strategy)  # an unknown name is reported by validate()
+        first = strategy.screen_n(self) if strategy is not None else self.n_samples_per_prompt
         return max(1, self.max_inflight_responses // max(1, first))
 
     @property

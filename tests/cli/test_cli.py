@@ -45,7 +45,8 @@ def test_dry_run_prints_resolved_config_and_plan_without_starting_anything():
     # The dtype stays auto (resolved on the machine that runs it); the note says what it would be here.
     assert plan["config"]["ds"]["param_dtype"] == "auto" and plan["config"]["vllm"]["dtype"] == "auto"
     assert "dtype auto would be" in out.stdout
-    assert plan["resources"]["curriculum"]["max_inflight_prompts"] == 8 and plan["resources"]["curriculum"]["max_inflight_responses"] is None
+    curriculum = plan["resources"]["curriculum"]
+    assert curriculum["max_inflight_prompts"] == 8 and curriculum["max_inflight_responses"] is None
 
 
 def test_a_response_window_reaches_the_curriculum():
@@ -55,8 +56,8 @@ def test_a_response_window_reaches_the_curriculum():
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout[out.stdout.index("{"):])
     # 32 responses of 2-response screenings: 16 prompts in flight, buffer 16 + B.
-    assert (plan["resources"]["curriculum"]["max_inflight_responses"], plan["resources"]["curriculum"]["max_inflight_prompts"],
-            plan["resources"]["curriculum"]["buffer_size"]) == (32, 16, 20)
+    curriculum = plan["resources"]["curriculum"]
+    assert (curriculum["max_inflight_responses"], curriculum["max_inflight_prompts"], curriculum["buffer_size"]) == (32, 16, 20)
 
 
 def test_hub_name_without_network_says_which_path_to_pass():
