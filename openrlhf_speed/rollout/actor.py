@@ -6,7 +6,8 @@ between that DeepSpeed actor and the Megatron-Core one (`--backend`).
 cli/train runs it, before the flags are parsed, so `install()` puts a `_BackendActorClass`
 there: OpenRLHF's `RayActorGroup` only ever calls `.options(...).remote(...)` on it, and the
 selector forwards that to the class of the backend that `select_backend` chose once the
-flags were parsed (cli/megatron_flags.py).
+flags were parsed (cli/megatron_flags.py). For the Megatron backend it also hands rank r the
+r-th placement-group bundle in node order (backends/placement.py).
 """
 
 import deepspeed
@@ -14,7 +15,7 @@ import ray
 from openrlhf.trainer.ray import ppo_actor
 
 from openrlhf_speed.backends.fingerprints import fingerprints
-from openrlhf_speed.backends.placement import log_placement
+from openrlhf_speed.backends.placement import log_placement, node_ordered_options
 from openrlhf_speed.rollout import finite_guard
 
 
@@ -63,6 +64,10 @@ class _BackendActorClass:
         return self.deepspeed_class
 
     def options(self, **kwargs):
+        if _backend["name"] == "megatron":
+            # Rank r on the r-th bundle in node order, so a tensor-parallel group (consecutive
+            # ranks) shares a node (backends/placement.py; checked again at start-up).
+            kwargs = node_ordered_options(kwargs)
         return self.resolve().options(**kwargs)
 
     def remote(self, *args, **kwargs):

@@ -10,6 +10,9 @@ and `args.ds.tensor_parallel_size` = tp * pp (cli/megatron_flags.py), so OpenRLH
 rank of one model replica the same micro-batches and keeps one result per replica. Every
 method below is therefore a collective over the replica (TP / PP all-gathers, the pipeline
 schedule), and `fit` also over the data-parallel group (gradient averaging, loss sums).
+A TP group must share a node: ranks take their placement-group bundles in node order
+(rollout/actor.py, backends/placement.py), and start-up stops with a message naming the group
+and its hosts when one spans nodes all the same.
 
 What each piece reuses: the model, the HF <-> Megatron weight mapping and the log-prob /
 policy-loss maths are `model.py`, `weights.py` and `actor_ops.py` (OpenRLHF's `PolicyLoss`,
@@ -21,6 +24,7 @@ side is unchanged, gloo included on CPU (compat/weight_sync.py).
 
 import math
 import os
+import socket
 from datetime import timedelta
 
 import ray
@@ -28,7 +32,7 @@ import torch
 import torch.distributed as dist
 from openrlhf.trainer.ray.launcher import BaseModelActor
 
-from openrlhf_speed.backends.placement import log_placement
+from openrlhf_speed.backends.placement import check_tp_groups, log_placement
 
 from . import actor_ops
 from .model import build_gpt_model, gpt_config_from_hf, init_model_parallel, megatron_dtype
@@ -59,6 +63,7 @@ class _MegatronModelActor(BaseModelActor):
         if not dist.is_initialized():
             # env:// reads MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE set by BaseDistributedActor.
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timedelta(minutes=60))
+        self._check_tp_placement(mg.tp)
         init_model_parallel(mg.tp, mg.pp, seed=self.args.train.seed)
         self.dtype = torch.bfloat16 if megatron_dtype(self.args) == "bf16" else torch.float32
         self.hf_config = AutoConfig.from_pretrained(pretrain)
@@ -85,6 +90,17 @@ class _MegatronModelActor(BaseModelActor):
             f"{ps.get_data_parallel_world_size()}, {str(self.dtype).replace('torch.', '')}, "
             f"{'Transformer Engine' if self.spec.use_te else 'local'} layers"
         )
+
+    def _check_tp_placement(self, tp: int) -> None:
+        """Stop before the first all-reduce when a tensor-parallel group spans hosts (the same
+        verdict on every rank, so none waits for the others)."""
+        if tp == 1:
+            return
+        hosts = [None] * dist.get_world_size()
+        dist.all_gather_object(hosts, socket.gethostname())
+        warning = check_tp_groups(hosts, tp, role=self.role)
+        if warning and dist.get_rank() == 0:
+            print(f"[openrlhf-speed] {warning}", flush=True)
 
     def forward(self, sequences, action_mask=None, attention_mask=None, packed_seq_lens=None,
                 mm_train_inputs_list=None) -> torch.Tensor:
@@ -194,8 +210,6 @@ class MegatronPolicyActor(_MegatronModelActor):
     def _init_vllm_sync_group(self) -> None:
         """OpenRLHF's `_init_vllm_sync_group`, for actor rank 0: one group of that rank plus
         every engine rank (the engines' side is OpenRLHF's, unchanged)."""
-        import socket
-
         from openrlhf.utils import distributed_util
 
         vllm = self.args.vllm
