@@ -88,7 +88,7 @@ warmup_ratio() {
 qwen_common_args() {
   local -n _qwen_args=$1
   local model_id=$2 out_default=$3 where=${4:-}
-  need_path MODEL_PATH config_dir "download $model_id where you have network (huggingface-cli download $model_id --local-dir DIR) and point MODEL_PATH at the local folder$where"
+  need_path MODEL_PATH config_dir "download $model_id where you have network (hf download $model_id --local-dir DIR) and point MODEL_PATH at the local folder$where"
   need_path DATA_PATH file "point DATA_PATH at a jsonl file of math prompts with \"prompt\" and \"answer\" keys (openrlhf-speed prepare-data writes one)$where"
   OUT=$(realpath -m "${OUT:-$out_default}")
   mkdir -p "$OUT"

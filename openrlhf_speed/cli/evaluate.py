@@ -83,6 +83,14 @@ def _engine_dtype(choice: str) -> str:
     return VLLM_NAMES[prec.dtype]
 
 
+def _enforce_eager() -> bool:
+    """CUDA graphs on GPU (vLLM's default: faster decoding once captured); eager on CPU,
+    where vLLM-cpu has no graphs to capture."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from openrlhf_speed import compat
@@ -107,7 +115,8 @@ def main(argv=None) -> int:
     from vllm import LLM, SamplingParams
 
     dtype = _engine_dtype(args.dtype)
-    llm = LLM(model=model, dtype=dtype, max_model_len=args.max_len, seed=args.seed, enforce_eager=True)
+    llm = LLM(model=model, dtype=dtype, max_model_len=args.max_len, seed=args.seed,
+              enforce_eager=_enforce_eager())
     tok = llm.get_tokenizer()
 
     def render(p):

@@ -191,8 +191,8 @@ def _jsonl_rows(f) -> Iterator[tuple[int, dict | None]]:
 
 
 def sources_help() -> str:
-    lines = ["sources (download on a machine with network, e.g. `huggingface-cli download --repo-type "
-             "dataset ID`, then pass the local files):"]
+    lines = ["sources (download on a machine with network, e.g. `hf download --repo-type "
+             "dataset ID --local-dir DIR`, then pass the local files):"]
     for s in SOURCES.values():
         lines.append(f"  {s.name:<11} -> {s.split + '.jsonl':<12} {s.where}")
     return "\n".join(lines)

@@ -103,6 +103,6 @@ def resolve_model(name_or_path: str | None) -> str:
         raise ModelNotFoundError(f"{path} exists but has no config.json: pass a Hugging Face model folder.")
     raise ModelNotFoundError(
         f"Model '{name_or_path}' is not a local folder, and this machine does not download models. "
-        f"Download it where you have network (e.g. `huggingface-cli download {name_or_path} --local-dir DIR`), "
+        f"Download it where you have network (e.g. `hf download {name_or_path} --local-dir DIR`), "
         "copy DIR here and pass --actor.model_name_or_path DIR, or pass 'default' for the embedded SmolLM2-135M-Instruct."
     )
