@@ -1,4 +1,6 @@
-"""Which device a run's workers use, decided once in the driver and handed to the workers.
+"""Which device a run's workers use, decided once in the driver and handed to the workers;
+and, on GPU runs with DeepSpeed's CPU Adam (--ds.adam_offload), how many threads it gets
+(`cpu_adam_threads`, at the end).
 
 Why once, and why in the driver:
 - A Ray worker must not ask torch about CUDA before Ray has given it its GPUs. Ray's
@@ -120,3 +122,63 @@ def for_process(worker: bool = False) -> str:
     if worker:
         return "cuda"
     return "cuda" if _local_cuda() else "cpu"
+
+
+# CPU Adam (DeepSpeed's, with --ds.adam_offload) on GPU runs: how many threads it steps with.
+# Ray gives an actor that reserves 1 CPU OMP_NUM_THREADS=1 (OpenRLHF's actors reserve one per
+# GPU), so without this the optimizer step of a 7B model runs on one core of the node.
+ADAM_THREADS_ENV = "OPENRLHF_SPEED_ADAM_THREADS"
+
+
+def cpu_adam_threads(run_device: str, adam_offload: bool, node_cpus: float, node_gpus: float, usable_cores: int,
+                     omp_env=None, ray_default: int = 1, override=None) -> tuple:
+    """(threads or None, reason) for a policy actor's CPU Adam. None leaves the threads as
+    they are: the CPU mode (which sets OMP_NUM_THREADS for every role itself), Adam on the
+    GPU, or an OMP_NUM_THREADS the user chose (one that differs from Ray's default for the
+    actor, `ray_default`). Otherwise the node's CPUs per GPU, at most the cores this process
+    may run on. `override` (ADAM_THREADS_ENV) wins over everything."""
+    if override not in (None, ""):
+        if not str(override).isdigit() or int(override) < 1:
+            raise DeviceError(f"{ADAM_THREADS_ENV}={override!r} is not a positive integer: set it to the number of "
+                              f"threads DeepSpeed's CPU Adam should use, or unset it")
+        return int(override), f"{ADAM_THREADS_ENV}={override}"
+    if run_device != "cuda":
+        return None, "CPU mode: OMP_NUM_THREADS is set for every role at start-up"
+    if not adam_offload:
+        return None, "Adam steps on the GPU (no --ds.adam_offload)"
+    if omp_env not in (None, "", str(ray_default)):
+        return None, f"OMP_NUM_THREADS={omp_env} set by the user"
+    per_gpu = int(node_cpus // node_gpus) if node_gpus >= 1 else int(node_cpus)
+    threads = max(1, min(per_gpu, usable_cores))
+    return threads, (f"{node_cpus:g} CPUs / {node_gpus:g} GPUs on this node, {usable_cores} cores usable "
+                     f"by this process")
+
+
+def set_cpu_adam_threads(adam_offload: bool) -> str:
+    """In a policy actor (a Ray worker), before DeepSpeed builds its optimizer: apply
+    `cpu_adam_threads` to torch (`set_num_threads`) and to OMP_NUM_THREADS (read when DeepSpeed's
+    CPU Adam op loads its OpenMP runtime). Returns the line to log."""
+    import math
+
+    override, run_device = os.environ.get(ADAM_THREADS_ENV), for_process(worker=True)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    node_cpus, node_gpus, ray_default = usable, 1, 1
+    if not override and run_device == "cuda" and adam_offload:  # only then do the node's figures matter
+        import ray
+
+        ctx = ray.get_runtime_context()
+        node = next((n for n in ray.nodes() if n.get("NodeID") == ctx.get_node_id()), {})
+        node_cpus = node.get("Resources", {}).get("CPU", usable)
+        node_gpus = node.get("Resources", {}).get("GPU", 1)
+        assigned = ctx.get_assigned_resources().get("CPU")
+        ray_default = max(math.floor(assigned), 1) if assigned is not None else 1
+    threads, why = cpu_adam_threads(run_device, adam_offload, node_cpus, node_gpus, usable,
+                                    omp_env=os.environ.get("OMP_NUM_THREADS"), ray_default=ray_default,
+                                    override=override)
+    if threads is None:
+        return f"CPU Adam threads unchanged ({why})"
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    return f"CPU Adam threads: {threads} ({why})"

@@ -159,3 +159,51 @@ train.main(["--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1", "--algo
 """, {"RAY_ADDRESS": "10.0.0.1:6379"})
     assert got["packing"] is True and got["attn"] == "flash_attention_2" and got["sync"] == "nccl"
     assert got["runtime_env"][device.DEVICE_ENV] == "cuda" and "DS_ACCELERATOR" not in got["runtime_env"]
+
+
+# CPU Adam threads on GPU runs (device.cpu_adam_threads): an 8-GPU node with 128 cores.
+@pytest.mark.parametrize("kwargs, want", [
+    (dict(run_device="cuda", adam_offload=True, node_cpus=128, node_gpus=8, usable_cores=128), 16),
+    (dict(run_device="cuda", adam_offload=True, node_cpus=128, node_gpus=8, usable_cores=4), 4),  # cgroup: 4 cores
+    (dict(run_device="cuda", adam_offload=True, node_cpus=6, node_gpus=8, usable_cores=6), 1),
+    (dict(run_device="cuda", adam_offload=True, node_cpus=128, node_gpus=8, usable_cores=128, omp_env="1"), 16),
+    (dict(run_device="cuda", adam_offload=True, node_cpus=128, node_gpus=8, usable_cores=128, omp_env="12"), None),
+    (dict(run_device="cuda", adam_offload=False, node_cpus=128, node_gpus=8, usable_cores=128), None),
+    (dict(run_device="cpu", adam_offload=True, node_cpus=2, node_gpus=1, usable_cores=2), None),
+    (dict(run_device="cpu", adam_offload=False, node_cpus=2, node_gpus=1, usable_cores=2, override="3"), 3),
+])
+def test_cpu_adam_threads(kwargs, want):
+    threads, reason = device.cpu_adam_threads(**kwargs)
+    assert threads == want, reason
+    if kwargs.get("omp_env") == "12":
+        assert "OMP_NUM_THREADS=12 set by the user" in reason
+    if want == 16:
+        assert "128 CPUs / 8 GPUs on this node" in reason
+
+
+def test_cpu_adam_threads_bad_override_names_the_variable():
+    with pytest.raises(device.DeviceError, match=device.ADAM_THREADS_ENV):
+        device.cpu_adam_threads("cuda", True, 8, 1, 8, override="many")
+
+
+def test_set_cpu_adam_threads_in_cpu_mode_leaves_threads_alone(monkeypatch):
+    import torch
+
+    monkeypatch.setenv(device.DEVICE_ENV, "cpu")
+    monkeypatch.delenv(device.ADAM_THREADS_ENV, raising=False)
+    before = torch.get_num_threads()
+    assert device.set_cpu_adam_threads(True).startswith("CPU Adam threads unchanged (CPU mode")
+    assert torch.get_num_threads() == before
+
+
+def test_set_cpu_adam_threads_override_sets_torch_and_omp(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv(device.ADAM_THREADS_ENV, "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    try:
+        assert device.set_cpu_adam_threads(True) == f"CPU Adam threads: 1 ({device.ADAM_THREADS_ENV}=1)"
+        assert torch.get_num_threads() == 1 and device.os.environ["OMP_NUM_THREADS"] == "1"
+    finally:
+        torch.set_num_threads(before)
