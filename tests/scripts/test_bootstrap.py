@@ -1,7 +1,9 @@
 """scripts/bootstrap.sh and its helpers, without installing or downloading anything: where
 the CPU torch comes from (scripts/torch_cpu_source.py), the CUDA pins (requirements/
-constraints-gpu.txt) and the check of openrlhf's requirements (scripts/check_gpu_resolve.py).
-The resolver dry run itself needs PyPI: `make check-gpu-resolve`, not run here."""
+constraints-gpu.txt), the check of openrlhf's requirements (scripts/check_gpu_resolve.py),
+and the GPU set-up's checks and build plan (scripts/gpu_build_lib.sh, `bootstrap.sh --gpu
+--check`) against a stand-in nvcc and nvidia-smi. The resolver dry run itself needs PyPI:
+`make check-gpu-resolve`, not run here."""
 
 import importlib.util
 import os
@@ -91,6 +93,8 @@ def test_this_machines_pip_config_gives_the_local_wheel():
 def test_bootstrap_refuses_an_unknown_argument():
     out = subprocess.run(["bash", str(SCRIPTS / "bootstrap.sh"), "--cuda"], capture_output=True, text=True)
     assert out.returncode == 2 and "'--cuda'" in out.stderr and "--gpu" in out.stderr
+    out = subprocess.run(["bash", str(SCRIPTS / "bootstrap.sh"), "--check"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--gpu --check" in out.stderr  # the check is of the GPU set-up
     assert subprocess.run(["bash", "-n", str(SCRIPTS / "bootstrap.sh")]).returncode == 0
 
 
@@ -135,3 +139,134 @@ def test_openrlhf_requirements_check_reads_markers_and_pins():
     assert check.unmet(["flash-attn==2.8.3", "torch>2.13"], versions, env) == [
         "flash-attn==2.8.3 (resolved: None)", "torch>2.13 (resolved: 2.13.0)"]
     assert Version("2.13.0")  # packaging is what both sides compare with
+
+
+# -- bootstrap.sh --gpu: what it checks before compiling, with a stand-in toolkit and GPU ------
+def fake_machine(tmp_path, nvcc=None, caps=()):
+    """PATH directories with a stand-in nvcc (printing `nvcc --version` of release `nvcc`,
+    in tmp/cuda/bin as a toolkit has it) and nvidia-smi (one compute capability per GPU);
+    the system's gcc and Python stay visible through /usr/bin and /bin."""
+    path = []
+    if nvcc:
+        cuda_bin = tmp_path / "cuda" / "bin"
+        cuda_bin.mkdir(parents=True)
+        (cuda_bin / "nvcc").write_text("#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+                                       f"echo 'Cuda compilation tools, release {nvcc}, V{nvcc}.88'\n")
+        (cuda_bin / "nvcc").chmod(0o755)
+        path.append(str(cuda_bin))
+    if caps:
+        smi = tmp_path / "smi"
+        smi.mkdir()
+        (smi / "nvidia-smi").write_text("#!/bin/sh\nprintf '%s\\n' " + " ".join(caps) + "\n")
+        (smi / "nvidia-smi").chmod(0o755)
+        path.append(str(smi))
+    return ":".join([*path, str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+
+
+def gpu_check(tmp_path, nvcc=None, caps=(), **env):
+    keep = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG")}
+    base = {**keep, "PATH": fake_machine(tmp_path, nvcc, caps), "CUDA_FALLBACK_HOME": str(tmp_path / "no-cuda"),
+            "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(SCRIPTS / "bootstrap.sh"), "--gpu", "--check"], capture_output=True,
+                          text=True, timeout=60, env={**base, **env})
+
+
+def needs_gcc():
+    if not (Path("/usr/bin/gcc").exists() and Path("/usr/bin/g++").exists()):
+        pytest.skip("no gcc/g++ in /usr/bin on this machine")
+    import sysconfig
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("this Python has no headers")
+
+
+def test_gpu_check_on_an_h100_with_cuda_13_0(tmp_path):
+    """The matching toolkit: no DeepSpeed override; archs from the visible GPUs (9.0 on
+    H100) for DeepSpeed (TORCH_CUDA_ARCH_LIST) and flash-attn (FLASH_ATTN_CUDA_ARCHS=90)."""
+    needs_gcc()
+    out = gpu_check(tmp_path, nvcc="13.0", caps=("9.0",) * 8)
+    assert out.returncode == 0, out.stderr
+    assert f"nvcc 13.0 ({tmp_path}/cuda/bin/nvcc), torch's CUDA 13.0\n" in out.stdout
+    assert "DS_SKIP_CUDA_CHECK" not in out.stdout
+    assert "GPU archs: 9.0 (the visible GPUs, nvidia-smi)" in out.stdout
+    assert "FLASH_ATTN_CUDA_ARCHS=90 MAX_JOBS=" in out.stdout and "expect about" in out.stdout
+
+
+def test_gpu_check_skips_deepspeeds_cuda_check_for_another_13_minor(tmp_path):
+    needs_gcc()
+    out = gpu_check(tmp_path, nvcc="13.2", caps=("9.0",))
+    assert out.returncode == 0, out.stderr
+    assert "DS_SKIP_CUDA_CHECK=1: DeepSpeed 0.19.6 accepts another minor version only for CUDA 10-12" in out.stdout
+
+
+@pytest.mark.parametrize("nvcc, needle", [
+    (None, "nvcc: no CUDA toolkit found (CUDA_HOME=unset, no nvcc on PATH)"),
+    ("12.8", "nvcc 12.8 in "),
+])
+def test_gpu_check_stops_and_names_what_to_install(tmp_path, nvcc, needle):
+    out = gpu_check(tmp_path, nvcc=nvcc, caps=("9.0",))
+    assert out.returncode == 1
+    assert needle in out.stderr
+    assert "install CUDA toolkit 13.0" in out.stderr and "CUDA_HOME" in out.stderr
+    assert "DS_ADAM=0 FLASH_ATTN=0 TE=0" in out.stderr  # the way on without compiling
+    assert "Traceback" not in out.stderr and "TypeError" not in out.stderr
+
+
+def test_gpu_check_names_missing_python_headers(tmp_path):
+    fake_py = tmp_path / "python3.11"
+    fake_py.write_text("#!/bin/sh\nexit 1\n")  # a Python whose Python.h does not exist
+    fake_py.chmod(0o755)
+    out = gpu_check(tmp_path, nvcc="13.0", caps=("9.0",), PYTHON=str(fake_py))
+    assert out.returncode == 1 and "install python3.11-dev" in out.stderr
+
+
+def test_gpu_check_without_anything_to_compile_needs_no_toolkit(tmp_path):
+    out = gpu_check(tmp_path, DS_ADAM="0", FLASH_ATTN="0", TE="0")
+    assert out.returncode == 0 and "nothing to compile" in out.stdout
+    out = gpu_check(tmp_path, DS_ADAM="0")  # flash-attn / TE on auto: skipped, said so
+    assert out.returncode == 0 and "flash-attn and transformer-engine skipped" in out.stdout
+
+
+def test_gpu_check_without_a_visible_gpu_builds_for_the_common_archs(tmp_path):
+    needs_gcc()
+    out = gpu_check(tmp_path, nvcc="13.0")
+    assert out.returncode == 0, out.stderr
+    assert "GPU archs: 8.0;9.0;10.0;12.0 (no GPU visible" in out.stdout
+    assert "FLASH_ATTN_CUDA_ARCHS=80;90;100;120" in out.stdout
+
+
+def lib(call: str, **env) -> str:
+    out = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{SCRIPTS}/gpu_build_lib.sh"; {call}'],
+                         capture_output=True, text=True, timeout=30, env={"PATH": os.environ["PATH"], **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("caps, archs", [
+    ("9.0", "90"), ("8.0;8.6;8.9", "80"), ("8.6;9.0;10.0;12.0", "80;90;100;120"), ("7.5", ""), ("12.1", "120"),
+])
+def test_flash_attn_archs_are_the_values_its_setup_reads(caps, archs):
+    assert lib(f'gpu_flash_archs "{caps}"') == archs
+
+
+@pytest.mark.parametrize("nvcc, torch, verdict", [
+    ("13.0", "13.0", "match"), ("13.2", "13.0", "minor"), ("12.8", "13.0", "major"), ("", "13.0", "none"),
+    ("12.4", "12.8", "ok-minor"),
+])
+def test_cuda_verdict(nvcc, torch, verdict):
+    assert lib(f'gpu_cuda_verdict "{nvcc}" "{torch}"') == verdict
+
+
+@pytest.mark.parametrize("cores, mem, archs, threads, jobs", [
+    (16, 120, 1, 1, 16),  # one arch: a job per core
+    (16, 20, 1, 1, 6),  # ... unless memory runs out first (3 GiB a job)
+    (1, 120, 4, 4, 1),  # `srun --gpus=1` often gives one core
+    (64, 500, 4, 4, 16),  # 4 archs x 4 nvcc threads: 16 jobs keep 64 cores busy
+])
+def test_flash_attn_jobs_follow_cores_and_memory(cores, mem, archs, threads, jobs):
+    assert int(lib(f"gpu_flash_jobs {cores} {mem} {archs} {threads}")) == jobs
+
+
+def test_flash_attn_time_estimate_scales_with_archs_and_cores():
+    one_arch_16 = int(lib("gpu_flash_minutes 16 1 16 1"))
+    four_archs_1 = int(lib("gpu_flash_minutes 1 4 1 4"))
+    assert one_arch_16 == 7 and four_archs_1 == 432  # 72 files x 1.5 CPU-min x archs / busy cores
