@@ -2,25 +2,32 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-gpu check-gpu-resolve train proving bench-proving test test-fast test-extra test-all clean
+.PHONY: setup setup-gpu check-gpu-setup check-gpu-resolve train proving bench-proving test test-fast test-extra test-all clean
 setup:
 	bash scripts/bootstrap.sh
 
 # The CUDA stack in its own venv (VENV_GPU, default .venv-gpu): torch 2.13.0 (CUDA), vLLM,
 # DeepSpeed, OpenRLHF, Megatron-Core; flash-attn and transformer-engine when they build
-# (FLASH_ATTN / TE = auto | 1 | 0, see scripts/bootstrap.sh). Recipes: VENV=.venv-gpu bash ...
+# (FLASH_ATTN / TE = auto | 1 | 0, see scripts/bootstrap.sh) and DeepSpeed's Adam ops
+# (DS_ADAM = 1 | 0); needs nvcc 13.x, gcc/g++ and python3.11-dev. check-gpu-setup prints what
+# it would build and how long flash-attn takes, installing nothing. Recipes: VENV=.venv-gpu bash ...
 VENV_GPU ?= .venv-gpu
 setup-gpu:
 	VENV=$(VENV_GPU) bash scripts/bootstrap.sh --gpu
 
+check-gpu-setup:
+	bash scripts/bootstrap.sh --gpu --check
+
 # pip's resolver, dry run, against the CUDA requirement set (needs PyPI; 2-3 minutes; no install).
-check-gpu-resolve: setup
-	$(PY) scripts/check_gpu_resolve.py
+# Any Python 3.11 with pip runs it (PYTHON, default python3.11): no venv is built for it.
+PYTHON ?= python3.11
+check-gpu-resolve:
+	$(PYTHON) scripts/check_gpu_resolve.py
 
 train: setup
 	bash examples/scripts/train_speed_rloo_smollm2_cpu.sh
 
-# The proving-ground model (issue 13): built once into the cache, then its time-to-accuracy benchmark.
+# The proving-ground model: built once into the cache, then its time-to-accuracy benchmark.
 proving: setup
 	$(VENV)/bin/openrlhf-speed proving-ground build
 

@@ -2,7 +2,11 @@
 `make setup-gpu` resolves: pip's resolver in dry-run mode (metadata only) against
 requirements/gpu.txt + constraints-gpu.txt, then what pip cannot resolve for it.
 
-    python scripts/check_gpu_resolve.py [--report-dir DIR]      (make check-gpu-resolve)
+    python3.11 scripts/check_gpu_resolve.py [--report-dir DIR]      (make check-gpu-resolve)
+
+Any Python 3.11 with pip >= 22.2 runs it, the system's included: pip only resolves
+(`--dry-run`, nothing is installed), and `packaging` comes from pip itself when it is not
+installed. So it needs no venv, and `make check-gpu-resolve` does not build one first.
 
 Why not `pip --platform manylinux_2_28_x86_64 --only-binary=:all:`: one of openrlhf's
 requirements (transformers-stream-generator) exists only as an sdist, which pip refuses
@@ -26,8 +30,12 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+except ImportError:  # a bare Python 3.11 (make check-gpu-resolve needs no venv): pip's own copy
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
 C = REPO / "requirements" / "constraints-gpu.txt"

@@ -16,17 +16,29 @@
 # - transformer-engine's PyTorch extension (sdist).
 # All need nvcc 13.x, a C++ compiler (gcc/g++) and Python's headers (python3.11-dev).
 
-# The toolkit torch's cpp_extension will use: CUDA_HOME (or CUDA_PATH), else the nvcc on
-# PATH, else /usr/local/cuda (_find_cuda_home's order); empty when there is none.
-# CUDA_FALLBACK_HOME stands in for /usr/local/cuda in the tests.
+# The toolkit to build with: CUDA_HOME (or CUDA_PATH) when set; else, as torch's
+# _find_cuda_home guesses, the nvcc on PATH (two levels up, links resolved), then
+# /usr/local/cuda. torch stops at the first guess; here a guess without CUDA's headers
+# (an nvcc wrapper script in /usr/local/bin gives /usr/local) yields to the next one that
+# has them. Empty when there is none. CUDA_FALLBACK_HOME stands in for /usr/local/cuda in
+# the tests.
 gpu_cuda_home() {
   if [[ -n ${CUDA_HOME:-${CUDA_PATH:-}} ]]; then
     echo "${CUDA_HOME:-$CUDA_PATH}"
-  elif command -v nvcc >/dev/null 2>&1; then
-    dirname "$(dirname "$(command -v nvcc)")"
-  elif [[ -d ${CUDA_FALLBACK_HOME:-/usr/local/cuda} ]]; then
-    echo "${CUDA_FALLBACK_HOME:-/usr/local/cuda}"
+    return 0
   fi
+  local guesses=() home
+  if command -v nvcc >/dev/null 2>&1; then
+    guesses+=("$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")")
+  fi
+  guesses+=("${CUDA_FALLBACK_HOME:-/usr/local/cuda}")
+  for home in "${guesses[@]}"; do
+    [[ -x $home/bin/nvcc && -f $home/include/cuda_runtime.h ]] && { echo "$home"; return 0; }
+  done
+  for home in "${guesses[@]}"; do
+    [[ -x $home/bin/nvcc ]] && { echo "$home"; return 0; }
+  done
+  return 0
 }
 
 # gpu_nvcc_version HOME: "13.0" from `HOME/bin/nvcc --version` ("release 13.0, V13.0.88"),

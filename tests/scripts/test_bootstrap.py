@@ -270,3 +270,20 @@ def test_flash_attn_time_estimate_scales_with_archs_and_cores():
     one_arch_16 = int(lib("gpu_flash_minutes 16 1 16 1"))
     four_archs_1 = int(lib("gpu_flash_minutes 1 4 1 4"))
     assert one_arch_16 == 7 and four_archs_1 == 432  # 72 files x 1.5 CPU-min x archs / busy cores
+
+
+def test_an_nvcc_wrapper_on_path_yields_to_the_toolkit_with_headers(tmp_path):
+    """An nvcc wrapper script in a bin directory of its own (/usr/local/bin/nvcc running
+    /usr/local/cuda-13.0/bin/nvcc) makes torch guess CUDA_HOME=/usr/local; the set-up takes
+    the toolkit that has CUDA's headers and exports it."""
+    toolkit = tmp_path / "cuda-13.0"
+    fake_machine(toolkit, nvcc="13.0")
+    (toolkit / "cuda" / "include").mkdir()
+    (toolkit / "cuda" / "include" / "cuda_runtime.h").write_text("")
+    wrap = tmp_path / "local" / "bin"
+    wrap.mkdir(parents=True)
+    (wrap / "nvcc").write_text(f'#!/bin/sh\nexec {toolkit}/cuda/bin/nvcc "$@"\n')
+    (wrap / "nvcc").chmod(0o755)
+    home = lib("gpu_cuda_home", PATH=f"{wrap}:/usr/bin:/bin", CUDA_FALLBACK_HOME=str(toolkit / "cuda"))
+    assert home == str(toolkit / "cuda")
+    assert lib(f'gpu_nvcc_version "{home}"') == "13.0"
