@@ -161,7 +161,8 @@ class SpeedConfig:
         window is not the default: it gives SPEED's engines uniform's load (about 256 sequences
         against 100 at B=8, N=16), but on 2 CPU cores the engines then generate through the
         training, which slowed steps 11% (2.98 -> 3.32 s), and its screenings ran far enough
-        ahead that 35 groups in 16 steps went stale (proving benchmark, stop 25)."""
+        ahead that 35 groups in 16 steps went stale (proving benchmark, B=8, N=16, seed 42;
+        docs/benchmarks.md)."""
         if self.max_inflight_prompts is not None:
             return self.max_inflight_prompts
         if self.max_inflight_responses is None:
