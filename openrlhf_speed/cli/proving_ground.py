@@ -1,48 +1,117 @@
-"""`openrlhf-speed proving-ground`: build the proving-ground model and its RL prompts.
+"""`openrlhf-speed proving-ground`: the shipped proving-ground model, its rebuild and its difficulty.
 
-    openrlhf-speed proving-ground build               # the benchmark's model (about 10 min on 2 cores without native bf16)
-    openrlhf-speed proving-ground build --variant ci  # CI's smaller one (under a minute there)
+    openrlhf-speed proving-ground show                  # the shipped model: sha256, recipe, pass tables
+    openrlhf-speed proving-ground build                 # rebuild into the cache, compare with the shipped one
+    openrlhf-speed proving-ground build --variant ci    # CI's smaller one (about a minute on 2 cores)
+    openrlhf-speed proving-ground difficulty --samples 50 --prompts 400
 
-Prints supervised-training progress, then the start model's pass table (never / some /
-always solved at 8 samples per level), and the folder to pass as a model. The model names
-`proving` and `proving-ci` build it on first use anywhere a model is taken (train, evaluate,
-bench), so running this first is optional; it is how to see the table or rebuild (--force).
+The package ships one build of each variant, pinned by sha256 (proving/shipped/MANIFEST.sha256);
+the model names `proving` and `proving-ci` resolve to it wherever a model is taken (train,
+evaluate, bench), so every machine benchmarks the same start model. `build` remakes it from its
+recipe (about 16-30 minutes on 2 cores without native bf16) and prints both pass tables and both
+sha256s: a build on another CPU kind trains other weights. `difficulty` measures the RL prompt
+set on the shipped model as the paper's Fig. 2 does (pass rate at 50 samples per prompt).
 """
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 from openrlhf_speed.proving.recipe import VARIANTS
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="openrlhf-speed proving-ground", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="action", required=True)
-    b = sub.add_parser("build", help="build (or find) a variant in the cache")
+    b = sub.add_parser("build", help="rebuild a variant into the cache and compare it with the shipped one")
     b.add_argument("--variant", choices=sorted(VARIANTS), default="full")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--force", action="store_true", help="rebuild even when the cache has it")
     b.add_argument("--out", default=None, help="folder to write instead of the cache's")
-    s = sub.add_parser("show", help="print a built variant's recipe summary and pass table")
+    s = sub.add_parser("show", help="print the shipped variant's sha256, provenance and pass tables")
     s.add_argument("--variant", choices=sorted(VARIANTS), default="full")
-    args = p.parse_args(argv)
+    d = sub.add_parser("difficulty", help="pass rate at --samples per prompt on the shipped model (Fig. 2)")
+    d.add_argument("--variant", choices=sorted(VARIANTS), default="full")
+    d.add_argument("--samples", type=int, default=50)
+    d.add_argument("--prompts", type=int, default=400, help="first N prompts of the split (0: all)")
+    d.add_argument("--split", choices=("train", "test"), default="train")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--out", default=None, help="folder for difficulty.json and difficulty.md")
+    d.add_argument("--ship", action="store_true",
+                   help="store the result beside the shipped model and re-pin the manifest (maintainers)")
+    sh = sub.add_parser("ship", help="copy a build folder into the package as the shipped variant (maintainers)")
+    sh.add_argument("--variant", choices=sorted(VARIANTS), default="full")
+    sh.add_argument("--source", required=True, help="a folder written by `proving-ground build`")
+    return p
 
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from openrlhf_speed.proving.shipped import ShippedModelError
+
+    try:
+        return {"build": _build, "show": _show, "difficulty": _difficulty, "ship": _ship}[args.action](args)
+    except ShippedModelError as e:
+        print(f"openrlhf-speed proving-ground: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _build(args) -> int:
     from openrlhf_speed.proving import build as pg
-    from openrlhf_speed.proving.passtable import format_table
+    from openrlhf_speed.proving.ship import compare
 
-    if args.action == "build":
-        out = pg.build(args.variant, seed=args.seed, out=args.out, force=args.force)
-        print(out)
-        return 0
-    folder = pg.model_dir(args.variant)
-    if not pg.is_built(folder):
-        raise SystemExit(f"openrlhf-speed proving-ground: error: '{args.variant}' is not built yet; run "
-                         f"`openrlhf-speed proving-ground build --variant {args.variant}`")
-    info = json.loads((folder / "build.json").read_text())
-    print(f"{folder}: {info['parameters'] / 1e6:.2f}M parameters, built in {info['build_seconds']:.0f}s "
-          f"(supervised {info['sft_seconds']:.0f}s), RL prompts {info['rl_rows']}")
-    print("RL train prompts, " + format_table(info["pass_table"]))
-    if "held_out_pass_table" in info:
-        print("held-out prompts, " + format_table(info["held_out_pass_table"]))
+    out = pg.build(args.variant, seed=args.seed, out=args.out, force=args.force)
+    text, _ = compare(args.variant, out)
+    print(text)
+    print(out)
+    return 0
+
+
+def _show(args) -> int:
+    from openrlhf_speed.proving import shipped
+
+    print(shipped.describe(args.variant)["text"])
+    return 0
+
+
+def _difficulty(args) -> int:
+    from openrlhf_speed.proving import shipped
+    from openrlhf_speed.proving.difficulty import load_rows, measure
+
+    if args.samples < 1 or args.prompts < 0:
+        raise SystemExit("openrlhf-speed proving-ground: error: --samples must be >= 1 and --prompts >= 0")
+    base = shipped.path(args.variant)
+    rows = load_rows(str(base / "data" / f"{args.split}.jsonl"), args.prompts or None)
+    print(f"[proving] sampling {len(rows)} {args.split} prompts x {args.samples} from {base}", flush=True)
+    result = measure(base, rows, samples=args.samples, seed=args.seed, split=args.split)
+    result["model_weights_sha256"] = shipped.read_manifest()[f"{base.name}/{shipped.WEIGHTS}"]
+    result["command"] = ("openrlhf-speed proving-ground difficulty " + f"--variant {args.variant} --samples "
+                         f"{args.samples} --prompts {args.prompts} --split {args.split} --seed {args.seed}")
+    text = shipped.format_difficulty(result) + f"\n({result['seconds']:.0f}s, {result['torch_threads']} threads)"
+    print(text)
+    targets = [Path(args.out)] if args.out else []
+    for folder in targets:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "difficulty.json").write_text(json.dumps(result, indent=1) + "\n")
+        (folder / "difficulty.md").write_text(f"`{result['command']}`\n\n```\n{text}\n```\n")
+    if args.ship:
+        from openrlhf_speed.proving.ship import write_manifest
+
+        (base / shipped.DIFFICULTY).write_text(json.dumps(result, indent=1) + "\n")
+        write_manifest()
+        print(f"stored in {base / shipped.DIFFICULTY} and re-pinned {shipped.MANIFEST}")
+    return 0
+
+
+def _ship(args) -> int:
+    from openrlhf_speed.proving import shipped
+    from openrlhf_speed.proving.build import provenance
+    from openrlhf_speed.proving.ship import ship
+
+    info = json.loads((Path(args.source) / shipped.BUILD_INFO).read_text())
+    dest = ship(args.variant, Path(args.source), made=provenance(args.variant, info.get("seed", 0)))
+    print(f"shipped {args.source} as {dest}; {shipped.MANIFEST} re-pinned")
+    print(shipped.describe(args.variant)["text"])
     return 0

@@ -1,6 +1,6 @@
 """The proving ground: a small model of our own that learns arithmetic from RL in minutes on
 CPU, with its RL train/test prompts, so SPEED's time to accuracy can be shown with real
-learning (issue 13). `openrlhf-speed proving-ground build` makes it; the model names
+learning. `openrlhf-speed proving-ground build` makes it; the model names
 `proving` and `proving-ci` resolve to it (built on first use) wherever a model is taken."""
 
 from openrlhf_speed.proving.recipe import ALIASES, VARIANTS, get_variant

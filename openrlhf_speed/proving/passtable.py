@@ -1,8 +1,8 @@
 """The start model's difficulty profile: per level, the share of prompts solved by none, some
 or all of k samples (temperature 1.0, as RL samples), and the mean pass rate.
 
-This is what SPEED screens on, so it is what the issue's "25-40% never solved, 10-25% always
-solved" refers to. Sampling runs in-process with HF `generate` (the model is tiny); responses
+This is what SPEED screens on: the share of prompts never solved and always solved is the
+share whose groups carry no gradient. Sampling runs in-process with HF `generate` (the model is tiny); responses
 are scored by the training reward itself (rewards/math_reward.py).
 
 Since recipe v3 the table also splits responses by style: `direct` is the share that give

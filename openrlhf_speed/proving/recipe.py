@@ -13,8 +13,7 @@ Why these numbers:
   2.5x more per step. The CI variant only has to load, generate and train, in under 2 minutes.
 - SFT_MIX: much supervision on the easy levels (the model must know the answer format and
   finish with </s>), little on the hard ones, so the start model solves some hard prompts
-  sometimes, and RL has something to reinforce (issue 13: "little supervision on the harder
-  levels").
+  sometimes, and RL has something to reinforce.
 - HELD_OUT_MIX: the held-out prompts the bench evaluates on, which the supervision never
   shows. v3 weighted it from v2's per-level table of worked answers towards the levels where
   the working pays (2-digit sums, 2-digit x 1-digit products).
@@ -25,7 +24,7 @@ Why these numbers:
   trained on HELD_OUT_MIX, whose train prompts were never solved at 0.15. Each level's draws
   depend only on the seed, split and level, so the held-out split, hence the supervision
   (which leaves its keys out) and the start model, are v3's exactly; only the train data moved.
-  `openrlhf-speed proving-ground build` prints the measured tables.
+  `openrlhf-speed proving-ground show` prints the shipped build's measured tables.
 - direct_share (v3): the share of supervised examples that skip the working and give only
   `\\boxed{answer}`, drawn by a coin independent of the problem, so the start model skips its
   working on about that share of every level's responses. v2 always showed the working and
@@ -103,7 +102,7 @@ class Variant:
     held_out_mix: dict | None = None
     direct_share: float = 0.0  # supervised examples answered with \boxed{answer} alone
     # Worked answers' pass rate on train prompts below which the build warns that it learned
-    # too little arithmetic (the reference v3 build: 0.75; a weak one, HELD_OUT_MIX's note: 0.39).
+    # too little arithmetic (the shipped build: 0.75; a weak one, HELD_OUT_MIX's note: 0.39).
     min_pass_worked: float | None = None
     extra: dict = field(default_factory=dict)
 
