@@ -1,0 +1,148 @@
+"""README.md and docs/ against the code: what a user copies from them must exist.
+
+- the README stays short (under 25,000 bytes);
+- every `--flag` they name is accepted by one of the project's parsers (the train parser is
+  OpenRLHF's with ours added; every subcommand's parser is found through cli/main.py), or is
+  a flag of an outside tool listed below;
+- every `make X` they name is a Makefile target, every example script they name exists;
+- docs/flags.md is what `python -m openrlhf_speed.cli.flags_doc` prints;
+- no text of the project tells how it was developed ("stop 24", "issue 13", "helper-7").
+
+The parsers are read once, in a subprocess (building OpenRLHF's train parser imports vLLM
+and installs the flash_attn fallback, which must not leak into other tests' process).
+"""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+GENERATED = REPO / "docs" / "flags.md"
+REGENERATE = ".venv/bin/python -m openrlhf_speed.cli.flags_doc > docs/flags.md"
+MARKER = "=== flags_doc json ==="
+
+# Flags of other tools that the docs show in their commands, by tool.
+OUTSIDE_FLAGS = {
+    "scripts/bootstrap.sh, flags_doc": {"--gpu", "--check"},
+    "ray start": {"--head", "--address", "--num-gpus"},
+    "srun / sbatch": {"--nodes", "--gpus", "--cpus-per-task", "--partition", "--account", "--mem",
+                      "--exclusive", "--gpus-per-task", "--ntasks-per-node", "--time"},
+    "hf download": {"--repo-type", "--local-dir"},
+    "pip": {"--no-build-isolation", "--no-deps"},
+}
+
+FLAG = re.compile(r"(?<![\w/-])--[A-Za-z][\w.-]*")
+CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
+MAKE = re.compile(r"(?:^|[\s;&|(`])make\s+(?:[A-Z_]+=\S*\s+)*([a-z][\w-]*)", re.M)
+SCRIPT = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:sh|sbatch))\b")
+HISTORY = re.compile(r"\bstop [0-9]+|\bissue [0-9]+|\bhelper-[0-9]", re.I)
+
+
+def doc_files() -> list[Path]:
+    """README.md and every docs/*.md written by hand (flags.md is checked against its generator)."""
+    return [README, *sorted(p for p in (REPO / "docs").glob("*.md") if p != GENERATED)]
+
+
+@pytest.fixture(scope="module")
+def parsers() -> dict:
+    code = ("import json; from openrlhf_speed.cli import flags_doc as f; "
+            f"options = sorted(f.all_option_strings()); doc = f.render(); print({MARKER!r}); "
+            "print(json.dumps({'options': options, 'doc': doc}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and MARKER in out.stdout, out.stderr[-3000:]
+    return json.loads(out.stdout.split(MARKER, 1)[1])
+
+
+def named_flags(text: str) -> set[str]:
+    flags = set()
+    for m in FLAG.finditer(text):
+        if text[m.end():m.end() + 1] == "*":  # `--speed.*`: a namespace, not a flag
+            continue
+        flags.add(m.group(0).rstrip(".-"))
+    return flags
+
+
+def test_readme_is_under_25_kb():
+    size = README.stat().st_size
+    assert size < 25_000, f"README.md is {size:,} bytes; keep it under 25,000 and move detail to docs/"
+
+
+def test_every_named_flag_exists(parsers):
+    known = set(parsers["options"]).union(*OUTSIDE_FLAGS.values())
+    missing = {}
+    for path in doc_files():
+        for flag in sorted(named_flags(path.read_text(encoding="utf-8")) - known):
+            missing.setdefault(flag, []).append(path.name)
+    assert not missing, (
+        "flags named in the docs that no parser accepts (rename them, or add an outside tool's flag to "
+        f"OUTSIDE_FLAGS): {missing}")
+
+
+def test_the_flag_scan_finds_flags_and_skips_namespaces():
+    assert named_flags("`--speed.n_init 4`, the `--speed.*` group, `--ds.param_dtype`.") == {
+        "--speed.n_init", "--ds.param_dtype"}
+
+
+def makefile_targets() -> set[str]:
+    text = (REPO / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"^([A-Za-z][\w-]*)\s*:(?!=)", text, re.M))
+
+
+def test_every_named_make_target_exists():
+    targets = makefile_targets()
+    missing = {}
+    for path in doc_files():
+        code = "\n".join(CODE.findall(path.read_text(encoding="utf-8")))
+        for target in set(MAKE.findall(code)) - targets:
+            missing.setdefault(target, []).append(path.name)
+    assert not missing, f"`make` targets named in the docs that the Makefile lacks: {missing}"
+
+
+def test_the_make_scan_reads_variables_and_prefixes():
+    code = "\n".join(CODE.findall("`make setup-gpu FLASH_ATTN=1`\n```\nsrun --gpus=1 make FOO=1 train\n```"))
+    assert set(MAKE.findall(code)) == {"setup-gpu", "train"}
+
+
+def script_exists(name: str) -> bool:
+    if "/" in name:
+        return any((root / name).is_file() for root in (REPO, REPO / "examples" / "scripts", REPO / "scripts"))
+    return any(p.is_file() for root in (REPO / "examples", REPO / "scripts") for p in root.rglob(name))
+
+
+def test_every_named_script_exists():
+    missing = {}
+    for path in doc_files():
+        for name in set(SCRIPT.findall(path.read_text(encoding="utf-8"))):
+            if not script_exists(name):
+                missing.setdefault(name, []).append(path.name)
+    assert not missing, f"scripts named in the docs that do not exist: {missing}"
+
+
+def test_the_flags_reference_is_generated_from_the_parsers(parsers):
+    actual = GENERATED.read_text(encoding="utf-8") if GENERATED.exists() else ""
+    assert actual == parsers["doc"], f"docs/flags.md is out of date with the parsers; regenerate it: {REGENERATE}"
+
+
+def project_text_files():
+    roots = [REPO / "README.md", REPO / "Makefile", REPO / "docs", REPO / "openrlhf_speed", REPO / "examples"]
+    for root in roots:
+        paths = [root] if root.is_file() else sorted(root.rglob("*"))
+        for path in paths:
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".png", ".pyc"):
+                yield path
+
+
+def test_no_text_tells_how_the_project_was_developed():
+    found = []
+    for path in project_text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), 1):
+            if HISTORY.search(line):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:120]}")
+    assert not found, ("say what is true of the code, with its figure and command, not how it was developed:\n"
+                       + "\n".join(found))
