@@ -49,10 +49,15 @@ def doc_files() -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def parsers() -> dict:
-    code = ("import json; from openrlhf_speed.cli import flags_doc as f; "
-            f"options = sorted(f.all_option_strings()); doc = f.render(); print({MARKER!r}); "
-            "print(json.dumps({'options': options, 'doc': doc}))")
+def parsers(tmp_path_factory) -> dict:
+    """The parsers' option strings, the generated reference, and `--check` run on a stale file."""
+    stale = tmp_path_factory.mktemp("flags_doc") / "flags.md"
+    stale.write_text("# Flags\n", encoding="utf-8")
+    code = ("import contextlib, io, json; from openrlhf_speed.cli import flags_doc as f; "
+            "options = sorted(f.all_option_strings()); doc = f.render(); err = io.StringIO()\n"
+            f"with contextlib.redirect_stderr(err): rc = f.main(['--check', {str(stale)!r}])\n"
+            f"print({MARKER!r}); "
+            "print(json.dumps({'options': options, 'doc': doc, 'check_rc': rc, 'check_err': err.getvalue()}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and MARKER in out.stdout, out.stderr[-3000:]
     return json.loads(out.stdout.split(MARKER, 1)[1])
@@ -126,6 +131,22 @@ def test_every_named_script_exists():
 def test_the_flags_reference_is_generated_from_the_parsers(parsers):
     actual = GENERATED.read_text(encoding="utf-8") if GENERATED.exists() else ""
     assert actual == parsers["doc"], f"docs/flags.md is out of date with the parsers; regenerate it: {REGENERATE}"
+
+
+def test_check_mode_fails_on_a_stale_reference_and_says_how_to_regenerate(parsers):
+    assert parsers["check_rc"] == 1
+    assert "out of date" in parsers["check_err"] and REGENERATE in parsers["check_err"]
+    assert "+## `openrlhf-speed train`" in parsers["check_err"]  # the diff shows what is missing
+
+
+def test_the_reference_lists_the_project_flags_and_every_subcommand(parsers):
+    doc = parsers["doc"]
+    for flag in ("--speed.strategy", "--speed.n_init", "--megatron.tp", "--backend", "--dry_run",
+                 "--ds.param_dtype", "--speed.reward_retries"):
+        assert f"| `{flag}` |" in doc, flag
+    for command in ("train", "evaluate", "bench", "replay", "prepare-data", "proving-ground"):
+        assert f"## `openrlhf-speed {command}" in doc, command
+    assert "`--actor.model_name_or_path`" in doc  # OpenRLHF's own, listed by name
 
 
 def project_text_files():
