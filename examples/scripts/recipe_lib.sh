@@ -119,9 +119,64 @@ qwen_common_args() {
   fi
 }
 
+# speed_screening_args ARRAY
+# Appends SPEED's screening as the paper ran it, for engines with GPUs of their own (every
+# GPU recipe: nothing is colocated): N_init screening responses per prompt, 64 prompts in
+# flight, and the engines kept fed while the actor trains (--speed.feed_during_training on:
+# a finished screening's continuation and new screenings are sent during training, not
+# held until the next step), their queue bounded at 2 x B x N responses
+# (--speed.max_inflight_responses, uniform's load), so the feeding cannot pile more onto
+# them than the baseline's.
+speed_screening_args() {
+  local -n _speed_args=$1
+  _speed_args+=(
+    --speed.strategy speed --speed.n_init "$N_INIT" --speed.max_inflight_prompts 64
+    --speed.feed_during_training on --speed.max_inflight_responses $((2 * B * N))
+  )
+}
+
+# qwen7b_layout: the 7B recipes' GPUs, from
+#   GPUS_PER_NODE (8), NNODES (1): the GPUs there are (NNODES > 1: a Ray cluster, RAY_ADDRESS);
+#   ACTOR_GPUS (half of them): the DeepSpeed actor's, one node's worth or whole nodes;
+#   VLLM_TP (1): GPUs per vLLM engine (within a node); the other GPUs are engines.
+# Sets ACTOR_NODES x ACTOR_PER_NODE (the reference model, where there is one, takes the
+# same: OpenRLHF requires it with --train.colocate_actor_ref), VLLM_ENGINES, and LAYOUT
+# (a line saying it all); dies naming the variable when they do not fit together.
+qwen7b_layout() {
+  local per_node=${GPUS_PER_NODE:-8} nodes=${NNODES:-1} tp=${VLLM_TP:-1} var total
+  for var in GPUS_PER_NODE NNODES VLLM_TP ACTOR_GPUS; do
+    [[ -z ${!var:-} || ${!var} =~ ^[1-9][0-9]*$ ]] || die "$var=${!var}: use a positive whole number"
+  done
+  total=$((per_node * nodes))
+  ((total >= 2)) || die "GPUS_PER_NODE x NNODES = $total: the actor and the vLLM engines need 2 GPUs or more"
+  local actor=${ACTOR_GPUS:-$((total / 2))}
+  ((actor < total)) || die "ACTOR_GPUS=$actor leaves none of the $total GPUs (GPUS_PER_NODE x NNODES) to vLLM"
+  if ((actor <= per_node)); then
+    ACTOR_NODES=1 ACTOR_PER_NODE=$actor
+  elif ((actor % per_node == 0)); then
+    ACTOR_NODES=$((actor / per_node)) ACTOR_PER_NODE=$per_node
+  else
+    die "ACTOR_GPUS=$actor: more than a node (GPUS_PER_NODE=$per_node) must be whole nodes"
+  fi
+  ((TRAIN_BATCH % (2 * actor) == 0)) \
+    || die "ACTOR_GPUS=$actor: a step's $TRAIN_BATCH samples must split into micro batches of 2 on every actor GPU (use a divisor of $((TRAIN_BATCH / 2)))"
+  ((tp <= per_node && (total - actor) % tp == 0)) \
+    || die "VLLM_TP=$tp: the $((total - actor)) vLLM GPUs must hold whole engines of $tp GPUs, each within a node (GPUS_PER_NODE=$per_node)"
+  VLLM_ENGINES=$(((total - actor) / tp)) VLLM_TP=$tp
+  ((nodes == 1)) || [[ -n ${RAY_ADDRESS:-} ]] \
+    || die "NNODES=$nodes: start a Ray cluster on the nodes (ray start, as examples/scripts/slurm/train_speed_qwen32b.sbatch does) and set RAY_ADDRESS=HEAD_IP:6379"
+  LAYOUT="$total GPUs ($nodes x $per_node): actor $ACTOR_NODES x $ACTOR_PER_NODE, $VLLM_ENGINES vLLM engines x TP $VLLM_TP"
+}
+
+# qwen7b_ref_args ARRAY: the reference model on the actor's GPUs (GRPO, REINFORCE++).
+qwen7b_ref_args() {
+  local -n _ref_args=$1
+  _ref_args+=(--ref.num_nodes "$ACTOR_NODES" --ref.num_gpus_per_node "$ACTOR_PER_NODE" --train.colocate_actor_ref)
+}
+
 # qwen7b_deepspeed_args ARRAY
-# Appends the 7B recipes' one-node layout and DeepSpeed actor to the array named ARRAY:
-#   resources: 2 vLLM engines (tensor parallel 1, one GPU each) + the actor on 2 GPUs;
+# Appends the 7B recipes' layout (qwen7b_layout: on one 8-GPU node, 4 vLLM engines of one
+# GPU + the actor on 4 GPUs) and DeepSpeed actor to the array named ARRAY:
 #   micro batches of 2 (training) and 4 (log-prob forward);
 #   DeepSpeed ZeRO-3, bf16, gradient checkpointing, and fp32 master weights + Adam states on
 #   the host (--ds.adam_offload) unless ADAM_OFFLOAD=0;
@@ -145,9 +200,11 @@ qwen7b_deepspeed_args() {
 (install it with make setup-gpu FLASH_ATTN=1; PACKING=1 keeps both)"
     fi
   fi
+  qwen7b_layout
+  note "$LAYOUT"
   _qwen_args+=(
-    --actor.num_nodes 1 --actor.num_gpus_per_node 2
-    --vllm.num_engines 2 --vllm.tensor_parallel_size 1
+    --actor.num_nodes "$ACTOR_NODES" --actor.num_gpus_per_node "$ACTOR_PER_NODE"
+    --vllm.num_engines "$VLLM_ENGINES" --vllm.tensor_parallel_size "$VLLM_TP"
     --train.micro_batch_size 2 --rollout.micro_batch_size 4
     --ds.zero_stage 3 --ds.param_dtype bf16 --ds.attn_implementation "$attn"
     --actor.gradient_checkpointing_enable

@@ -14,18 +14,24 @@
 # - group-normalised advantages (--algo.advantage.estimator group_norm, GRPO's) and no KL
 #   term (--algo.kl.init_coef 0, no reference model).
 #
-# Hardware: 1 node x 4 GPUs (80 GB each: A100/H100), 256+ GB host RAM, flash-attn installed
-#   (optional: without it, no packing and sdpa attention, see PACKING).
-# Layout (4 GPUs, nothing colocated): 2 vLLM engines (tensor parallel 1, one GPU each,
-#   prefix caching on, so a continuation reuses the KV cache of its own screening) and a
-#   DeepSpeed ZeRO-3 actor on the other 2 GPUs. Not --train.colocate_all: the SPEED driver
-#   keeps screening the next prompts while the actor trains, which needs GPUs of its own,
+# Hardware: 1 node x 8 GPUs (80 GB each: A100/H100), 256+ GB host RAM (the offloaded Adam
+#   states, 91 GB, see ADAM_OFFLOAD), flash-attn installed (optional: without it, no packing
+#   and sdpa attention, see PACKING). Other sizes: GPUS_PER_NODE, NNODES (below).
+# Layout (GPUS_PER_NODE x NNODES GPUs, 8 x 1 by default, nothing colocated; recipe_lib.sh's
+#   qwen7b_layout): a DeepSpeed ZeRO-3 actor on half of them (ACTOR_GPUS: 4) and vLLM
+#   engines of VLLM_TP GPUs on the rest (4 engines, tensor parallel 1, prefix caching on, so
+#   a continuation reuses the KV cache of its own screening). GPUS_PER_NODE=4 gives 2 + 2
+#   engines; NNODES=2 (a Ray cluster, RAY_ADDRESS) the actor on one whole node and 8 engines
+#   on the other. Not --train.colocate_all: the SPEED driver keeps screening the next prompts
+#   while the actor trains (--speed.feed_during_training on; the engines' queue bounded at
+#   2 x 16 x 24 = 768 responses, --speed.max_inflight_responses), which needs GPUs of their own,
 #   and it does not drive vLLM's sleep mode (--vllm.enable_sleep) that colocation needs.
-# Memory per actor GPU (7.6e9 parameters, ZeRO-3 over 2 GPUs): bf16 weights 2 B + bf16
+# Memory per actor GPU (7.6e9 parameters, ZeRO-3 over 4 GPUs): bf16 weights 2 B + bf16
 #   gradients 2 B per parameter = 7.6 GB on the GPU; fp32 master weights + Adam m, v
-#   (12 B/param = 46 GB per GPU, 91 GB in all) on the host (--ds.adam_offload). Without
-#   the offload it is 16 B/param = 61 GB per GPU before activations and gathered layers,
-#   too close to 80 GB; ADAM_OFFLOAD=0 tries it. vLLM: 15 GB of weights, the rest of
+#   (12 B/param = 23 GB per GPU, 91 GB in all) on the host (--ds.adam_offload, DeepSpeed's
+#   cpu_adam). Without the offload (ADAM_OFFLOAD=0, fused_adam) it is 16 B/param = 30 GB
+#   per GPU before activations and gathered layers: it fits 80 GB from 4 actor GPUs on (on
+#   2 it is 61 GB, too close) and spares the host RAM and the CPU Adam step. vLLM: 15 GB of weights, the rest of
 #   --vllm.gpu_memory_utilization 0.9 is KV cache (~55 GB, ~1M tokens per engine).
 #
 # Paper settings: 16 prompts per training step (--rollout.batch_size), 64 prompts in flight
@@ -46,7 +52,8 @@
 #   OUT (runs/speed_dapo_qwen7b), VENV (.venv-gpu if present, else .venv), SAVE_STEPS (20), EPISODES (1: passes over
 #   DATA_PATH; set it here rather than --train.num_episodes, the warmup is computed from it),
 #   WARMUP_STEPS (10), ADAM_OFFLOAD (1),
-#   PACKING (auto: packed samples when flash_attn imports; 0 never, 1 always)
+#   PACKING (auto: packed samples when flash_attn imports; 0 never, 1 always),
+#   GPUS_PER_NODE (8), NNODES (1), ACTOR_GPUS (half of them), VLLM_TP (1): the layout above
 # Extra flags are passed through: bash train_speed_dapo_qwen7b.sh --train.max_steps 200
 # Resume a run: the same command with --ckpt.load_enable.
 set -euo pipefail
@@ -54,15 +61,14 @@ cd "$(dirname "$0")/../.."
 source examples/scripts/recipe_lib.sh
 VENV=${VENV:-$(default_gpu_venv)}
 qwen_common_args ARGS Qwen/Qwen2.5-Math-7B runs/speed_dapo_qwen7b  # inputs, OUT, B N N_INIT, the shared flags
-qwen7b_deepspeed_args ARGS  # 2 vLLM engines + a DeepSpeed ZeRO-3 actor on 2 GPUs
+qwen7b_deepspeed_args ARGS  # the layout (GPUS_PER_NODE, NNODES: 4 vLLM engines + a ZeRO-3 actor on 4 GPUs)
 ARGS+=(
   # algorithm: DAPO (group-normalised advantages, clip-higher, token-mean loss, overlong
   # reward shaping), no KL term (no reference model)
   --algo.advantage.estimator group_norm --algo.kl.init_coef 0
   --actor.eps_clip_low_high 0.2 0.28 --actor.loss_agg_mode token-mean
   --reward.overlong_buffer_len 512 --reward.overlong_penalty_factor 1.0
-  # curriculum: SPEED screening in place of DAPO's dynamic sampling
-  --speed.strategy speed --speed.n_init "$N_INIT" --speed.max_inflight_prompts 64
 )
+speed_screening_args ARGS  # curriculum: SPEED screening in place of DAPO's dynamic sampling (64 prompts in flight, engines fed during training)
 
 exec "$VENV/bin/openrlhf-speed" train "${ARGS[@]}" "$@"

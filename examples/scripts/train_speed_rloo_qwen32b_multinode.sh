@@ -18,8 +18,9 @@
 #     x data parallel 16 / (8 x 2) = 1: one model replica; a training step's 384 samples run
 #       through it as 384 micro batches of 1 (--train.micro_batch_size 1), one optimizer step.
 #   vLLM:  4 engines x tensor parallel 4 = 16 GPUs (the other 2 nodes; each engine on one node)
-#   The SPEED driver keeps screening the next prompts while the actor trains, so the two
-#   sides need GPUs of their own.
+#   The SPEED driver keeps screening the next prompts while the actor trains
+#   (--speed.feed_during_training on; the engines' queue bounded at 768 responses,
+#   --speed.max_inflight_responses), so the two sides need GPUs of their own.
 # Parameters (Qwen2.5-32B's config.json: hidden 5120, 64 layers, 40 heads and 8 KV heads of
 #   128, intermediate 27648, vocab 152064, untied embeddings, QKV bias):
 #   per layer: QKV 5120 x (5120 + 2 x 1024) + 7168 bias = 36.7M, output 5120 x 5120 = 26.2M,
@@ -98,8 +99,7 @@ ARGS+=(
   --train.micro_batch_size 1 --rollout.micro_batch_size 2
   # algorithm: RLOO, no KL term (no reference model)
   --algo.advantage.estimator rloo --algo.kl.init_coef 0
-  # curriculum: SPEED screening
-  --speed.strategy speed --speed.n_init "$N_INIT" --speed.max_inflight_prompts 64
 )
+speed_screening_args ARGS  # curriculum: SPEED screening (64 prompts in flight, engines fed during training)
 
 exec "$VENV/bin/openrlhf-speed" train "${ARGS[@]}" "$@"

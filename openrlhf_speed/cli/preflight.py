@@ -13,7 +13,9 @@ import ast
 import math
 import os
 
-from openrlhf_speed.data.loader import DatasetError, load_jsonl_rows
+from openrlhf_speed.data.folders import FILE_EXTENSIONS, load_dataset_rows
+from openrlhf_speed.data.loader import TOO_LONG, DatasetError
+from openrlhf_speed.data.loader import prompt_limit as loader_prompt_limit
 
 # (flag, lower bound, lower bound allowed, upper bound or None, why); None values are not checked.
 RANGES = (
@@ -39,7 +41,6 @@ RANGES = (
     ("vllm.tensor_parallel_size", 1, True, None, "GPUs per engine"),
     ("vllm.gpu_memory_utilization", 0.0, False, 1.0, "a share of GPU memory"),
 )
-DATA_EXTENSIONS = (".json", ".jsonl", ".csv", ".parquet", ".arrow")
 
 
 def _get(args, dotted):
@@ -86,58 +87,108 @@ def _local_files(spec: str) -> list:
 
 
 def _looks_local(path: str) -> bool:
-    return path.startswith(("/", ".", "~")) or os.path.splitext(path)[1].lower() in DATA_EXTENSIONS
+    return path.startswith(("/", ".", "~")) or os.path.splitext(path)[1].lower() in FILE_EXTENSIONS
 
 
-def dataset_errors(spec, args, need_rows: int, role: str) -> list:
-    """Check every local jsonl/json file of a dataset spec with data/loader.py."""
+def prompt_limit(args) -> tuple:
+    """(tokens a prompt may have, why) for these flags (data/loader.py)."""
+    return loader_prompt_limit(args.data.max_len, getattr(args.rollout, "max_new_tokens", None))
+
+
+def _tokenizer(args):
+    """The actor's tokenizer from local files, or (None, why not): prompt lengths are then not checked."""
+    path = getattr(args.actor, "model_name_or_path", None) if hasattr(args, "actor") else None
+    if not path:
+        return None, "no model named"
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 -- any failure only skips the length count, said in a note
+        return None, f"its tokenizer could not be loaded from local files ({type(e).__name__})"
+    # A folder with a config but no tokenizer files can still give a tokenizer, without a
+    # chat template: counting chat prompts with it would raise, so they are not counted.
+    if getattr(getattr(args, "data", None), "apply_chat_template", False) and not getattr(tokenizer, "chat_template", None):
+        return None, "its tokenizer has no chat template"
+    return tokenizer, None
+
+
+def _length_checks(args, role: str, tokenizer) -> dict:
+    """The keyword arguments of data/folders.py's loaders that count over-long prompts."""
+    if tokenizer is None or role != "--data.prompt_dataset":
+        return {}
+    return {"max_prompt_tokens": prompt_limit(args)[0], "tokenizer": tokenizer,
+            "apply_chat_template": bool(getattr(args.data, "apply_chat_template", False)),
+            "input_template": getattr(args.data, "input_template", None)}
+
+
+def too_long_note(args, role: str, path: str, report) -> str:
+    n = report.dropped.get(TOO_LONG, 0)
+    limit, why = prompt_limit(args)
+    rows = ", ".join(map(str, report.lines[TOO_LONG])) + (", ..." if n > len(report.lines[TOO_LONG]) else "")
+    fate = ("the SPEED driver skips them, never sends them, and counts them (speed/prompts_too_long)"
+            if getattr(getattr(args, "speed", None), "strategy", "speed") != "off" else
+            "--speed.strategy off: OpenRLHF's generator truncates them from the left, keeping the last tokens")
+    return (f"{role} {path}: {n} of {report.lines_read} prompts are longer than {limit} tokens after the chat "
+            f"template and tokenizer (the prompt limit, {why}; rows {rows}): {fate}; shorten them or raise "
+            "--data.max_len to train on them")
+
+
+def duplicates_note(role: str, path: str, report) -> str:
+    rows = ", ".join(map(str, report.duplicate_lines)) + (", ..." if report.duplicates > len(report.duplicate_lines)
+                                                          else "")
+    return (f"WARNING {role} {path}: {report.duplicates} duplicate prompts ({report.repeated_prompts} prompt"
+            f"{'s' if report.repeated_prompts > 1 else ''} repeated, one {report.most_repeats} times; repeats at rows "
+            f"{rows}): each row is a prompt "
+            "of its own for SPEED, so a prompt in k rows is screened k times per epoch, may train as k groups of "
+            "one batch, and its pass rate and history (--speed.strategy greso, speed_bayes) are kept per row, not "
+            "pooled; remove the duplicates to avoid that")
+
+
+def check_dataset(spec, args, need_rows: int, role: str, tokenizer=None) -> tuple:
+    """(errors, notes) of a dataset spec: every local file or folder read with data/folders.py and its
+    rows checked (data/loader.py); notes count the prompts over the limit and the duplicates."""
     if not spec:
-        return []
-    errors, total, checked = [], 0, False
+        return [], []
+    errors, notes, total, checked = [], [], 0, False
     for path in _local_files(spec):
-        if not os.path.exists(os.path.expanduser(path)):
+        path = os.path.expanduser(path)
+        if not os.path.exists(path):
             if _looks_local(path):
-                errors.append(f"{role} {path}: no such file")
+                errors.append(f"{role} {path}: no such file or folder")
             continue
-        ext = os.path.splitext(path)[1].lower()
-        if os.path.isdir(path) or ext not in (".jsonl", ".json") or _starts_with(path, b"["):
-            continue  # folders, csv/parquet/arrow and JSON arrays: left to OpenRLHF's loader
+        if not os.path.isdir(path) and os.path.splitext(path)[1].lower() not in FILE_EXTENSIONS:
+            continue  # a .py loading script: left to OpenRLHF's loader
         label_key = args.data.label_key
+        try:
+            rows, report = load_dataset_rows(
+                path, split=getattr(args.data, "prompt_split", "train") or "train",
+                input_key=args.data.input_key, label_key=label_key or args.data.input_key, skip_hint=None,
+                **_length_checks(args, role, tokenizer))
+        except DatasetError as e:
+            errors.append(f"{role} {e}".replace("(input_key/label_key; ", "(").replace(" in training)", ")"))
+            continue
         if label_key is None and args.reward.remote_url:
-            keys = _first_keys(path)
             errors.append(f"{role} {path}: --data.label_key is not set, so every label would be empty and "
                           f"the reward ({args.reward.remote_url}) would score nothing; name the answer key "
-                          f"(keys in the first row: {keys})")
+                          f"(keys in the first row: {', '.join(map(repr, rows[0]))})")
             continue
-        try:
-            rows, _ = load_jsonl_rows(path, input_key=args.data.input_key, label_key=label_key or args.data.input_key,
-                                      skip_hint=None)
-        except DatasetError as e:
-            errors.append(f"{role} {e}".replace("(input_key/label_key;", "(").replace(" in training)", ")"))
-            continue
+        if report.dropped.get(TOO_LONG):
+            notes.append(too_long_note(args, role, path, report))
+        if report.duplicates and role == "--data.prompt_dataset":
+            notes.append(duplicates_note(role, path, report))
         total += len(rows)
         checked = True
     rows = min(total, args.data.max_samples or total)
     if checked and not errors and need_rows and rows < need_rows:
         errors.append(f"{role} {spec}: only {rows} usable prompts, fewer than --rollout.batch_size {need_rows}: "
                       "no training batch can form; lower --rollout.batch_size or add prompts")
-    return errors
+    return errors, notes
 
 
-def _starts_with(path: str, prefix: bytes) -> bool:
-    with open(path, "rb") as f:
-        return f.read(4096).lstrip().startswith(prefix)
-
-
-def _first_keys(path: str) -> str:
-    import json
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            row = json.loads(next(line for line in f if line.strip()))
-        return ", ".join(map(repr, row)) if isinstance(row, dict) else "not an object"
-    except (StopIteration, ValueError, UnicodeDecodeError):
-        return "unreadable"
+def dataset_errors(spec, args, need_rows: int, role: str) -> list:
+    """check_dataset's errors only (no tokenizer: prompt lengths are not counted)."""
+    return check_dataset(spec, args, need_rows, role)[0]
 
 
 def reward_file_errors(path) -> list:
@@ -168,10 +219,26 @@ def reward_file_errors(path) -> list:
 
 
 def input_errors(args) -> list:
-    """Dataset, eval dataset and reward file problems, one line each."""
+    """Dataset, eval dataset and reward file problems, one line each (no prompt-length count)."""
     errors = dataset_errors(args.data.prompt_dataset, args, args.rollout.batch_size, "--data.prompt_dataset")
     errors += dataset_errors(args.eval.dataset, args, 0, "--eval.dataset")
     return errors + reward_file_errors(args.reward.remote_url)
+
+
+def input_checks(args) -> tuple:
+    """(errors, notes) of the datasets and the reward file, with the actor's tokenizer: notes say how
+    many prompts are over the prompt limit (and what happens to them) and how many are duplicates."""
+    if args.data.prompt_dataset and any(os.path.exists(os.path.expanduser(p))
+                                        for p in _local_files(args.data.prompt_dataset)):
+        tokenizer, why_not = _tokenizer(args)
+    else:
+        tokenizer, why_not = None, None
+    errors, notes = check_dataset(args.data.prompt_dataset, args, args.rollout.batch_size, "--data.prompt_dataset",
+                                  tokenizer)
+    if why_not:
+        notes.append(f"--data.prompt_dataset: prompt lengths not checked against the prompt limit: {why_not}")
+    errors += dataset_errors(args.eval.dataset, args, 0, "--eval.dataset")
+    return errors + reward_file_errors(args.reward.remote_url), notes
 
 
 def generation_only_errors(args) -> list:

@@ -31,7 +31,7 @@ NO_PARAMS = type("NoCallspec", (), {"params": {}})()  # stands in for a test ite
 # Variables the scripts read: cleared so the caller's environment cannot change a result.
 SCRIPT_VARS = ("MODEL_PATH", "DATA_PATH", "EVAL_PATH", "EVAL_STEPS", "OUT", "VENV", "INPUT_KEY", "LABEL_KEY",
                "EPISODES", "WARMUP_STEPS", "SAVE_STEPS", "ADAM_OFFLOAD", "MAX_STEPS", "RAY_ADDRESS", "PACKING",
-               "OPENRLHF_SPEED_DEVICE")
+               "OPENRLHF_SPEED_DEVICE", "GPUS_PER_NODE", "NNODES", "ACTOR_GPUS", "VLLM_TP")
 
 # What each recipe must resolve to: dotted config path -> value. Every train_*.sh needs an entry.
 # PAPER: what every Qwen recipe shares (recipe_lib.sh's qwen_common_args).
@@ -42,15 +42,19 @@ PAPER = {
     "data.apply_chat_template": True, "data.input_key": "prompt", "data.label_key": "answer",
     "vllm.gpu_memory_utilization": 0.9, "vllm.enable_prefix_caching": True,
 }
-SPEED = {"speed.strategy": "speed", "speed.n_init": 4, "speed.max_inflight_prompts": 64}
+# SPEED's screening (recipe_lib.sh's speed_screening_args): the paper's 64 prompts in flight,
+# the engines (on GPUs of their own) fed during training, their queue bounded at 2BN.
+SPEED = {"speed.strategy": "speed", "speed.n_init": 4, "speed.max_inflight_prompts": 64,
+         "speed.feed_during_training": "on", "speed.max_inflight_responses": 2 * 16 * 24}
 # Whether the venv running the recipes imports flash_attn: with it the 7B recipes pack samples
 # and use flash attention 2, without it (this CPU machine) neither (PACKING=auto).
 HAS_FLASH_ATTN = subprocess.run([str(VENV_BIN / "python"), "-c", "import flash_attn"], capture_output=True).returncode == 0
 NO_FLASH_ATTN_NOTE = "flash_attn is not importable"
-# The 7B recipes' one-node layout and DeepSpeed actor (recipe_lib.sh's qwen7b_deepspeed_args).
+# The 7B recipes' default layout, one node of 8 GPUs, and DeepSpeed actor (recipe_lib.sh's
+# qwen7b_deepspeed_args).
 PAPER_7B = {
     **PAPER, "backend": "deepspeed",
-    "actor.num_nodes": 1, "actor.num_gpus_per_node": 2, "vllm.num_engines": 2, "vllm.tensor_parallel_size": 1,
+    "actor.num_nodes": 1, "actor.num_gpus_per_node": 4, "vllm.num_engines": 4, "vllm.tensor_parallel_size": 1,
     "train.micro_batch_size": 2, "rollout.micro_batch_size": 4,
     "ds.zero_stage": 3, "ds.param_dtype": "bf16", "ds.packing_samples": HAS_FLASH_ATTN, "ds.adam_offload": True,
     "ds.attn_implementation": "flash_attention_2" if HAS_FLASH_ATTN else "sdpa",
@@ -75,12 +79,12 @@ EXPECTED = {
         **SPEED_7B, "algo.advantage.estimator": "reinforce_baseline", "algo.kl.use_loss": True,
         "algo.kl.estimator": "k2", "algo.kl.init_coef": 1e-5, "algo.advantage.is_correction_level": "token",
         "algo.advantage.is_correction_mode": "mask", "algo.advantage.is_correction_threshold": [0.5, 5.0],
-        "train.colocate_actor_ref": True, "ref.num_gpus_per_node": 2,
+        "train.colocate_actor_ref": True, "ref.num_nodes": 1, "ref.num_gpus_per_node": 4,
     },
     "train_speed_grpo_qwen7b.sh": {
         **SPEED_7B, "algo.advantage.estimator": "group_norm", "algo.kl.use_loss": True, "algo.kl.estimator": "k3",
         "algo.kl.init_coef": 1e-3, "actor.loss_agg_mode": "seq-mean-token-mean",
-        "train.colocate_actor_ref": True, "ref.num_gpus_per_node": 2,
+        "train.colocate_actor_ref": True, "ref.num_nodes": 1, "ref.num_gpus_per_node": 4,
     },
     MULTINODE: {
         **PAPER, **SPEED, **NO_KL, "algo.advantage.estimator": "rloo", "actor.num_nodes": 2,
@@ -369,10 +373,11 @@ def test_7b_packing_follows_flash_attn_and_packing(tmp_path, flash_attn, packing
     args = out.stdout.split("\n")
     assert ("--ds.packing_samples" in args) == want_packing
     assert args[args.index("--ds.attn_implementation") + 1] == want_attn
+    notes = [line for line in out.stderr.splitlines() if "vLLM engines" not in line]  # but the layout's
     if note:
         assert note in out.stderr
     else:
-        assert out.stderr == ""
+        assert notes == []
 
 
 def test_bad_packing_value_is_named(tmp_path):
@@ -400,3 +405,102 @@ def test_gpu_recipes_take_the_gpu_venv_when_it_exists(tmp_path):
     out = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/recipe_lib.sh"; cd "{tmp_path}"; default_gpu_venv'],
                          capture_output=True, text=True, timeout=30)
     assert out.stdout.split() == [".venv-gpu"]
+
+
+# -- the 7B layout (recipe_lib.sh's qwen7b_layout) ----------------------------------------------
+def layout(tmp_path, call="qwen7b_deepspeed_args A; printf '%s\\n' \"${A[@]}\"", **env):
+    return lib_call(stub_venv(tmp_path, "flash_attn"), call, TRAIN_BATCH="384", **env)
+
+
+def flag(args: list, name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+@pytest.mark.parametrize("env, actor, engines, tp", [
+    ({}, (1, 4), 4, 1),  # the default: a whole 8-GPU node, half for the actor
+    ({"GPUS_PER_NODE": "4"}, (1, 2), 2, 1),
+    ({"NNODES": "2", "RAY_ADDRESS": "10.0.0.1:6379"}, (1, 8), 8, 1),  # the actor on one whole node
+    ({"NNODES": "4", "RAY_ADDRESS": "10.0.0.1:6379"}, (2, 8), 16, 1),
+    ({"ACTOR_GPUS": "2", "VLLM_TP": "2"}, (1, 2), 3, 2),
+])
+def test_7b_layout_scales_with_the_gpus(tmp_path, env, actor, engines, tp):
+    out = layout(tmp_path, **env)
+    assert out.returncode == 0, out.stderr
+    args = out.stdout.split("\n")
+    assert (int(flag(args, "--actor.num_nodes")), int(flag(args, "--actor.num_gpus_per_node"))) == actor
+    assert (int(flag(args, "--vllm.num_engines")), int(flag(args, "--vllm.tensor_parallel_size"))) == (engines, tp)
+    total = int(env.get("GPUS_PER_NODE", 8)) * int(env.get("NNODES", 1))
+    assert actor[0] * actor[1] + engines * tp == total  # every GPU used
+    assert f"{total} GPUs" in out.stderr  # said
+
+
+def test_7b_reference_model_takes_the_actors_gpus(tmp_path):
+    """OpenRLHF requires the same nodes x GPUs for actor and reference when they are colocated."""
+    out = layout(tmp_path, "qwen7b_deepspeed_args A; qwen7b_ref_args A; printf '%s\\n' \"${A[@]}\"",
+                 NNODES="4", RAY_ADDRESS="10.0.0.1:6379")
+    args = out.stdout.split("\n")
+    assert flag(args, "--ref.num_nodes") == flag(args, "--actor.num_nodes") == "2"
+    assert flag(args, "--ref.num_gpus_per_node") == flag(args, "--actor.num_gpus_per_node") == "8"
+    assert "--train.colocate_actor_ref" in args
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"GPUS_PER_NODE": "1"}, "need 2 GPUs or more"),
+    ({"ACTOR_GPUS": "8"}, "leaves none of the 8 GPUs"),
+    ({"NNODES": "2", "RAY_ADDRESS": "x:1", "ACTOR_GPUS": "12"}, "must be whole nodes"),
+    ({"ACTOR_GPUS": "5"}, "use a divisor of 192"),
+    ({"VLLM_TP": "3"}, "VLLM_TP=3"),
+    ({"NNODES": "2"}, "RAY_ADDRESS"),
+    ({"GPUS_PER_NODE": "eight"}, "GPUS_PER_NODE=eight"),
+])
+def test_7b_layout_that_does_not_fit_is_named(tmp_path, env, needle):
+    out = layout(tmp_path, "qwen7b_deepspeed_args A", **env)
+    assert out.returncode != 0 and needle in out.stderr, out.stderr
+
+
+# -- the Slurm job: the Ray head's address and the resources each `ray start` gets ---------------
+def slurm_head_ip(tmp_path, getent="", hostname_i="", iface_ip="", **env):
+    """slurm_lib.sh's ray_head_ip with stand-ins: getent (the cluster's DNS answer), srun
+    (runs its command here), hostname -I (the head's own addresses) and ip (one interface)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    lines = "\n".join(f"{a} STREAM node1" for a in getent.split())
+    scripts = {
+        "getent": f"#!/bin/sh\ncat <<'X'\n{lines}\nX\n",
+        "srun": '#!/bin/bash\nwhile [[ $1 == -* ]]; do [[ $1 == -w ]] && shift; shift; done\nexec "$@"\n',
+        "hostname": f"#!/bin/sh\necho '{hostname_i}'\n",
+        "ip": (f"#!/bin/sh\necho '3: ib0    inet {iface_ip}/16 brd 10.1.255.255 scope global ib0'\n" if iface_ip
+               else "#!/bin/sh\nexit 1\n"),
+    }
+    for name, text in scripts.items():
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    script = f'source "{SCRIPTS}/slurm/slurm_lib.sh"; ray_head_ip node1'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{bin_}:/usr/bin:/bin", **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_ray_head_ip_is_never_loopback(tmp_path):
+    # A Debian-style /etc/hosts: the name resolves to 127.0.1.1 first.
+    assert slurm_head_ip(tmp_path, getent="127.0.1.1 10.0.0.5") == "10.0.0.5"
+    # Only loopback from DNS: the head's own addresses, the first routable IPv4 one.
+    assert slurm_head_ip(tmp_path, getent="127.0.1.1", hostname_i="169.254.3.1 10.0.0.7 fe80::1") == "10.0.0.7"
+    assert slurm_head_ip(tmp_path, getent="127.0.1.1") == ""  # the job then stops, naming RAY_HEAD_IP
+
+
+def test_ray_head_ip_follows_the_interface_nccl_is_told_to_use(tmp_path):
+    assert slurm_head_ip(tmp_path, getent="10.0.0.5", iface_ip="10.1.0.5", NCCL_SOCKET_IFNAME="ib0") == "10.1.0.5"
+    assert slurm_head_ip(tmp_path, getent="10.0.0.5", iface_ip="10.1.0.5", NCCL_SOCKET_IFNAME="^docker,lo") == "10.0.0.5"
+    assert slurm_head_ip(tmp_path, getent="10.0.0.5", RAY_HEAD_IP="192.168.1.9") == "192.168.1.9"
+
+
+def test_sbatch_gives_each_ray_node_the_cores_it_declares():
+    text = SBATCH.read_text()
+    assert re.search(r"^#SBATCH --mem=0$", text, re.M) and re.search(r"^#SBATCH --exclusive$", text, re.M)
+    assert "hostname --ip-address" not in text.split("set -euo pipefail")[1]
+    step = re.search(r"^STEP=\((.*)\)$", text, re.M).group(1)
+    assert '--cpus-per-task="$CPUS_PER_NODE"' in step and '--gpus-per-task="$GPUS_PER_NODE"' in step
+    assert text.count('"${STEP[@]}" -w') == 2  # head and workers
+    assert text.count('--num-cpus="$CPUS_PER_NODE" --num-gpus="$GPUS_PER_NODE"') == 2
