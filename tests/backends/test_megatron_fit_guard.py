@@ -1,4 +1,4 @@
-"""Issue 15 (2): the Megatron actor's optimizer step is skipped, on every rank, when a
+"""The Megatron actor's optimizer step is skipped, on every rank, when a
 window's loss or gradients are not finite; the skip is counted and the LR schedule waits.
 
 `run_fit` runs for real on a one-process gloo group; only the Megatron forward/backward and
@@ -29,6 +29,7 @@ class Exp:
     def __init__(self, scale):
         self.scale = scale
         self.action_mask = torch.ones(1, 3)
+        self.attention_mask = torch.ones(1, 4)
         self.info = {}
 
     def to_device(self, device):

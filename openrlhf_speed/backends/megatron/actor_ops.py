@@ -38,7 +38,11 @@ import torch.distributed as dist
 
 
 def _check_right_padded(attention_mask: torch.Tensor) -> None:
-    # Right padding <=> each row's mask never goes from 0 back to 1.
+    # Right padding <=> each row's mask never goes from 0 back to 1. Checked on the host copy
+    # only: on a GPU tensor the `if` would be a device sync per micro-batch, so callers that
+    # move batches to the GPU check them before (ray_actor.forward, fit.run_fit).
+    if attention_mask.device.type != "cpu":
+        return
     if (attention_mask[:, 1:] > attention_mask[:, :-1]).any():
         raise ValueError(
             "the Megatron actor expects right-padded rows (attention_mask a prefix of ones, as "
@@ -210,18 +214,21 @@ def _average_dp_grads(model, dp_group) -> None:
             grad.div_(size)
 
 
-def _clip_grads(model, max_norm: float) -> float:
+def _clip_grads(model, max_norm: float) -> torch.Tensor:
     """Scale gradients so their global (TP x PP) norm is at most max_norm; returns the norm
-    before clipping. The same coefficient as `torch.nn.utils.clip_grad_norm_` / DeepSpeed."""
-    from .train_utils import grad_norm, grad_of
+    before clipping (0-dim tensor). The same coefficient as `torch.nn.utils.clip_grad_norm_` /
+    DeepSpeed, applied on the device: x * 1.0 is x exactly, so no host sync decides whether
+    to scale."""
+    from .train_utils import grad_norm_tensor, grad_of
 
-    norm = grad_norm(model)
+    norm = grad_norm_tensor(model)
     if max_norm > 0:
-        coef = max_norm / (norm + 1e-6)
-        if coef < 1.0:
-            for grad in map(grad_of, model.parameters()):
-                if grad is not None:
-                    grad.mul_(coef)
+        coef, by_dtype = (max_norm / (norm + 1e-6)).clamp(max=1.0), {}
+        for grad in map(grad_of, model.parameters()):
+            if grad is not None:
+                if grad.dtype not in by_dtype:
+                    by_dtype[grad.dtype] = coef.to(grad.dtype)
+                grad.mul_(by_dtype[grad.dtype])
     return norm
 
 
@@ -316,9 +323,10 @@ def forward_backward(model, experience, loss_fn, cfg: PolicyStepConfig, loss_bat
     return _broadcast_from_last_stage(stats, (len(cfg.stat_names()),), torch.float32, sequences.device)
 
 
-def optimizer_step(model, optimizer, max_norm: float, dp_group=None) -> float:
+def optimizer_step(model, optimizer, max_norm: float, dp_group=None) -> torch.Tensor:
     """Finish the accumulated gradients (tied-embedding sum over PP, DP average), clip them
-    by their global TP x PP norm and step. Returns the norm before clipping."""
+    by their global TP x PP norm and step. Returns the norm before clipping, a 0-dim tensor
+    on the model's device (read it once per training step, not per optimizer step)."""
     from .train_utils import allreduce_tied_embedding_grads
 
     allreduce_tied_embedding_grads(model)
@@ -354,4 +362,4 @@ def policy_step(
     optimizer.zero_grad(set_to_none=True)
     stats = forward_backward(model, experience, loss_fn, cfg, loss_batch_info)
     norm = optimizer_step(model, optimizer, cfg.max_norm, dp_group)
-    return {**dict(zip(cfg.stat_names(), stats.tolist())), "grad_norm": norm}
+    return {**dict(zip(cfg.stat_names(), stats.tolist())), "grad_norm": float(norm)}

@@ -19,6 +19,11 @@ that optimizer step and its LR-scheduler step on all ranks (the gradients are dr
 is counted in `actor_nonfinite_steps_skipped`; the window's losses still enter the averaged
 status, so a NaN shows in `policy_loss` instead of being hidden.
 
+Host syncs: token counts, infos and the right-padding check come from each micro-batch's host
+copy before it moves to the GPU; losses, stats and gradient norms stay on the device and are
+read once, at the end of the training step. The non-finite verdict (one flag per optimizer
+step) is the only other read.
+
 Returned status: OpenRLHF's keys (`policy_loss`, `actor_lr`, `actor_grad_norm`, `kl`,
 `entropy_loss`, `ppo_clip_ratio`, `ppo_kl`, and the experiences' `info` such as `reward`
 and `response_length`), averaged over the DP group. One departure: `policy_loss`, `kl` and
@@ -35,12 +40,25 @@ from . import actor_ops
 from .train_utils import all_finite
 
 
-def _window_loss_info(window, dp_group, gas: int) -> dict:
-    masks = [exp.action_mask for exp in window]
-    totals = torch.tensor(
-        [sum(float(m.sum()) for m in masks), sum(float((m.reshape(m.shape[0], -1).sum(-1) > 0).sum()) for m in masks)],
-        dtype=torch.float64, device=masks[0].device,
-    )
+def _host_view(experience) -> dict:
+    """What the loss normalisation and the metrics read from a micro-batch, taken from its host
+    copy before `to_device` moves it (in place): no device sync per micro-batch."""
+    actor_ops._check_right_padded(experience.attention_mask)
+    mask = experience.action_mask
+    info = {}
+    for key, value in experience.info.items():
+        if isinstance(value, torch.Tensor) and value.numel():
+            info[key] = float(value.float().mean())
+        elif isinstance(value, list) and value and isinstance(value[0], (int, float)):
+            info[key] = sum(value) / len(value)
+    return {"tokens": float(mask.sum()), "samples": float(mask.shape[0]),
+            "rows_with_actions": float((mask.reshape(mask.shape[0], -1).sum(-1) > 0).sum()), "info": info}
+
+
+def _window_loss_info(views, dp_group, gas: int, device) -> dict:
+    """The window's global token and sample counts (from `_host_view`s), summed over the DP group."""
+    totals = torch.tensor([sum(v["tokens"] for v in views), sum(v["rows_with_actions"] for v in views)],
+                          dtype=torch.float64).to(device)
     dist.all_reduce(totals, group=dp_group)
     return {
         "dp_size": dist.get_world_size(dp_group),
@@ -50,25 +68,45 @@ def _window_loss_info(window, dp_group, gas: int) -> dict:
 
 
 class _Metrics:
-    """Sums of value x weight and of the weights, reduced over the DP group at the end."""
+    """Sums of value x weight and of the weights, reduced over the DP group at the end.
+    Values may be device tensors: they are kept as they are and read in one transfer by
+    `reduced`, so a training step syncs with the device once, not once per micro-batch."""
 
     def __init__(self):
-        self.sums, self.weights, self.last = {}, {}, {}
+        self.items, self.last = [], {}  # items: (name, value, weight)
 
     def add(self, name, value, weight) -> None:
-        self.sums[name] = self.sums.get(name, 0.0) + float(value) * weight
-        self.weights[name] = self.weights.get(name, 0.0) + weight
+        self.items.append((name, value, weight))
+
+    @staticmethod
+    def _floats(values: list) -> list:
+        """Python floats of a list of floats and 0-dim tensors, with one device-to-host copy."""
+        where = [i for i, v in enumerate(values) if torch.is_tensor(v)]
+        out = list(values)
+        if where:
+            device = values[where[0]].device
+            read = torch.stack([values[i].detach().double().to(device).reshape(()) for i in where]).tolist()
+            for i, v in zip(where, read):
+                out[i] = v
+        return [float(v) for v in out]
 
     def reduced(self, dp_group) -> dict:
-        names = sorted(self.sums)
+        last_names = sorted(self.last)
+        values = self._floats([v for _, v, _ in self.items] + [self.last[n] for n in last_names])
+        last = dict(zip(last_names, values[len(self.items):]))
+        sums, weights = {}, {}
+        for (name, _, weight), value in zip(self.items, values):
+            sums[name] = sums.get(name, 0.0) + value * weight
+            weights[name] = weights.get(name, 0.0) + weight
+        names = sorted(sums)
         if not names:
-            return dict(self.last)
-        packed = torch.tensor([[self.sums[n], self.weights[n]] for n in names], dtype=torch.float64)
+            return last
+        packed = torch.tensor([[sums[n], weights[n]] for n in names], dtype=torch.float64)
         if torch.cuda.is_available():
             packed = packed.cuda()
         dist.all_reduce(packed, group=dp_group)
         out = {n: (s / w if w else 0.0) for n, (s, w) in zip(names, packed.tolist())}
-        out.update(self.last)
+        out.update(last)
         return out
 
 
@@ -79,21 +117,16 @@ _WINDOW_SUMMED = ("policy_loss", "kl", "entropy_loss")
 _RENAMES = {"clip_ratio": "ppo_clip_ratio"}
 
 
-def _record(metrics: _Metrics, window_sums: dict, stats: dict, experience, gas: int) -> None:
-    n_tokens = float(experience.action_mask.sum())
-    n_samples = float(experience.action_mask.shape[0])
+def _record(metrics: _Metrics, window_sums: dict, stats: dict, view: dict, gas: int) -> None:
+    """stats: name -> 0-dim tensor (on the device); view: the micro-batch's `_host_view`."""
     for key, value in stats.items():
         if key in _WINDOW_SUMMED:
             window_sums[key] = window_sums.get(key, 0.0) + value / gas
         elif key != "loss":
-            metrics.add(_RENAMES.get(key, key), value, n_tokens)
-    for key, value in experience.info.items():
-        if key in stats:  # the actor's own value (e.g. `kl`: OpenRLHF's training_step overwrites it too)
-            continue
-        if isinstance(value, torch.Tensor) and value.numel():
-            metrics.add(key, value.float().mean(), n_samples)
-        elif isinstance(value, list) and value and isinstance(value[0], (int, float)):
-            metrics.add(key, sum(value) / len(value), n_samples)
+            metrics.add(_RENAMES.get(key, key), value, view["tokens"])
+    for key, value in view["info"].items():
+        if key not in stats:  # the actor's own value wins (e.g. `kl`: OpenRLHF's training_step overwrites it too)
+            metrics.add(key, value, view["samples"])
 
 
 def run_fit(actor, kl_ctl: float) -> dict:
@@ -122,14 +155,15 @@ def run_fit(actor, kl_ctl: float) -> dict:
                             drop_last=True, collate_fn=buffer.collate_fn)
         batches = list(loader)
         for start in range(0, len(batches), gas):
+            views = [_host_view(exp) for exp in batches[start : start + gas]]
             window = [exp.to_device(device) for exp in batches[start : start + gas]]
-            info = _window_loss_info(window, dp_group, gas)
+            info = _window_loss_info(views, dp_group, gas, device)
             actor.optimizer.zero_grad(set_to_none=True)
             window_sums, losses = {}, []
-            for experience in window:
+            for experience, view in zip(window, views):
                 stats = actor_ops.forward_backward(actor.model, experience, actor.loss_fn, cfg, info, 1.0 / gas)
                 losses.append(stats[0])
-                _record(metrics, window_sums, dict(zip(names, stats.tolist())), experience, gas)
+                _record(metrics, window_sums, dict(zip(names, stats.unbind())), view, gas)
             for key, value in window_sums.items():
                 metrics.add(key, value, 1.0)
             metrics.last["actor_lr"] = actor.scheduler.get_last_lr()[0]
@@ -141,6 +175,9 @@ def run_fit(actor, kl_ctl: float) -> dict:
             norm = actor_ops.optimizer_step(actor.model, actor.optimizer, cfg.max_norm, dp_group)
             actor.scheduler.step()
             metrics.last["actor_grad_norm"] = norm
+    release = getattr(actor.optimizer, "release_grads", None)  # free main_grad buffers until the next step
+    if release:
+        release()
     metrics.last["actor_nonfinite_steps_skipped"] = float(skipped)
     if skipped:
         print(f"[openrlhf-speed] WARNING: {skipped} optimizer step(s) skipped this training step: non-finite "

@@ -18,8 +18,10 @@ are 0, not -inf, so whoever computes log-probs over the padded vocabulary must s
 off (`logits[..., :hf_vocab_size]`) or mask them on the last TP rank.
 
 CPU (no CUDA): `use_cpu_initialization=True`, fp32 parameters, every fusion off, no
-sequence parallel; `cpu_shims` cover Megatron's CUDA-only calls. The optimizer is the
-caller's (no distributed optimizer here).
+sequence parallel; `cpu_shims` cover Megatron's CUDA-only calls. GPU: the fusions whose
+kernels are there (`fusion_flags`: SwiGLU and bias-dropout-add always, RoPE with TE, masked
+softmax with apex, fp32 gradient accumulation in the GEMM with TE or apex and bf16 weights).
+The optimizer is the caller's (no distributed optimizer here).
 """
 
 import dataclasses
@@ -30,8 +32,8 @@ import torch
 import torch.nn.functional as F
 
 SUPPORTED_ARCHS = ("llama", "qwen2")
-# Fused kernels are CUDA/Apex/TE-only and change rounding; off (Megatron's defaults too)
-# unless the caller turns one on through `gpt_config_from_hf(**overrides)`.
+# Fused kernels are CUDA/Apex/TE-only and change rounding: all off on CPU (Megatron's
+# defaults too); on GPU `fusion_flags` turns on those whose kernels this process has.
 _NO_FUSIONS = dict(
     bias_activation_fusion=False,
     masked_softmax_fusion=False,
@@ -40,6 +42,45 @@ _NO_FUSIONS = dict(
     apply_rope_fusion=False,
     gradient_accumulation_fusion=False,
 )
+FUSION_NAMES = tuple(_NO_FUSIONS)
+# The extension modules Megatron imports for two of them (apex built with --cuda_ext).
+APEX_SOFTMAX_MODULES = ("scaled_upper_triang_masked_softmax_cuda", "scaled_masked_softmax_cuda")
+APEX_WGRAD_MODULE = "fused_weight_gradient_mlp_cuda"
+
+
+def fused_kernels() -> dict:
+    """Which fused-kernel providers this process can load: Transformer Engine, and apex's
+    masked-softmax and weight-gradient extensions."""
+    found = lambda name: importlib.util.find_spec(name) is not None  # noqa: E731
+    return {
+        "te": te_available(),
+        "apex_softmax": all(map(found, APEX_SOFTMAX_MODULES)),
+        "apex_wgrad": found(APEX_WGRAD_MODULE),
+    }
+
+
+def fusion_flags(on_gpu: bool, kernels: dict, master_weights: bool, use_te: bool) -> dict:
+    """TransformerConfig fusion flags. CPU: all off. GPU:
+    - bias-activation (SwiGLU) and bias-dropout-add: Megatron's own torch.compile'd fusions,
+      no extension needed;
+    - RoPE: Transformer Engine's fused kernel (Megatron refuses the flag without TE);
+    - masked softmax: apex's kernels, used by the local spec's attention (TE's attention has
+      its own fused softmax);
+    - gradient accumulation into fp32 `main_grad` inside the weight-gradient GEMM: TE's layers
+      or apex's extension; only with master weights (bf16 parameters), which is where the
+      optimizer keeps a `main_grad` (train_utils.MasterWeightsAdamW(fused_wgrad=True)).
+    persist_layer_norm stays off: it is apex's LayerNorm kernel, these models use RMSNorm."""
+    flags = dict(_NO_FUSIONS)
+    if not on_gpu:
+        return flags
+    flags.update(
+        bias_activation_fusion=True,
+        bias_dropout_fusion=True,
+        apply_rope_fusion=bool(kernels.get("te")),
+        masked_softmax_fusion=bool(kernels.get("apex_softmax")),
+        gradient_accumulation_fusion=master_weights and bool(kernels.get("te") if use_te else kernels.get("apex_wgrad")),
+    )
+    return flags
 
 
 @dataclasses.dataclass
@@ -166,7 +207,8 @@ def gpt_config_from_hf(
         bf16=params_dtype == torch.bfloat16,
         fp16=params_dtype == torch.float16,
         use_cpu_initialization=on_cpu,
-        **_NO_FUSIONS,
+        **fusion_flags(not on_cpu, fused_kernels() if not on_cpu else {},
+                       master_weights=params_dtype != torch.float32, use_te=use_te),
     )
     config = TransformerConfig(**{**kwargs, **overrides})
     spec = GPTSpec(

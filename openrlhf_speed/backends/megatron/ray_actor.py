@@ -35,7 +35,7 @@ from openrlhf.trainer.ray.launcher import BaseModelActor
 from openrlhf_speed.backends.placement import check_tp_groups, log_placement
 
 from . import actor_ops
-from .model import build_gpt_model, gpt_config_from_hf, init_model_parallel, megatron_dtype
+from .model import FUSION_NAMES, build_gpt_model, gpt_config_from_hf, init_model_parallel, megatron_dtype
 from .weights import HFCheckpoint, WeightLayout, iter_hf_weights, load_hf_weights
 
 
@@ -45,6 +45,7 @@ def _device() -> torch.device:
 
 class _MegatronModelActor(BaseModelActor):
     role = "megatron model"
+    trains = False
 
     def __init__(self, world_size, rank, master_addr, master_port):
         super().__init__(world_size, rank, master_addr, master_port)
@@ -67,28 +68,30 @@ class _MegatronModelActor(BaseModelActor):
         init_model_parallel(mg.tp, mg.pp, seed=self.args.train.seed)
         self.dtype = torch.bfloat16 if megatron_dtype(self.args) == "bf16" else torch.float32
         self.hf_config = AutoConfig.from_pretrained(pretrain)
-        overrides = {}
+        # A frozen model keeps no fp32 main_grad for fused weight-gradient GEMMs to write into.
+        overrides = {} if self.trains else {"gradient_accumulation_fusion": False}
         if mg.sequence_parallel:
             overrides["sequence_parallel"] = True
         if mg.recompute == "selective":
             overrides["recompute_granularity"] = "selective"
         elif mg.recompute == "full":
             overrides.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-        config, self.spec = gpt_config_from_hf(
+        self.config, self.spec = gpt_config_from_hf(
             self.hf_config, tp_size=mg.tp, pp_size=mg.pp, params_dtype=self.dtype,
             vocab_divisible_by=mg.vocab_divisible_by, **overrides,
         )
         self.layout = WeightLayout.from_hf(
             self.hf_config, mg.tp, mg.pp, te_names=self.spec.use_te, vocab_divisible_by=mg.vocab_divisible_by
         )
-        self.model = build_gpt_model(config, self.spec)
+        self.model = build_gpt_model(self.config, self.spec)
         self.tp_rank, self.pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
         self.dp_rank, self.dp_group = ps.get_data_parallel_rank(), ps.get_data_parallel_group()
         load_hf_weights(self.model, HFCheckpoint(pretrain, dtype=self.dtype), self.layout, self.tp_rank, self.pp_rank)
         self.strategy.print(
             f"[openrlhf-speed] {self.role}: {self.spec.arch}, tp {mg.tp} x pp {mg.pp} x dp "
             f"{ps.get_data_parallel_world_size()}, {str(self.dtype).replace('torch.', '')}, "
-            f"{'Transformer Engine' if self.spec.use_te else 'local'} layers"
+            f"{'Transformer Engine' if self.spec.use_te else 'local'} layers, fusions: "
+            f"{', '.join(name for name in FUSION_NAMES if getattr(self.config, name)) or 'none'}"
         )
 
     def _check_tp_placement(self, tp: int) -> None:
@@ -105,6 +108,7 @@ class _MegatronModelActor(BaseModelActor):
     def forward(self, sequences, action_mask=None, attention_mask=None, packed_seq_lens=None,
                 mm_train_inputs_list=None) -> torch.Tensor:
         """Action log-probs [B, A] of one micro-batch (on every rank of the replica)."""
+        actor_ops._check_right_padded(attention_mask)  # on the host copy: no device sync
         device = _device()
         log_probs = actor_ops.action_log_probs(
             self.model, sequences.to(device), attention_mask.to(device), action_mask.to(device),
@@ -130,6 +134,7 @@ class MegatronReferenceActor(_MegatronModelActor):
 
 class MegatronPolicyActor(_MegatronModelActor):
     role = "megatron actor"
+    trains = True
 
     def init_model_from_pretrained(self, strategy, pretrain, max_steps=None, vllm_engines=None):
         from openrlhf.models.loss import PolicyLoss
@@ -145,7 +150,8 @@ class MegatronPolicyActor(_MegatronModelActor):
         self.tokenizer = get_tokenizer(pretrain, None, "left", strategy, use_fast=not args.data.disable_fast_tokenizer)
         adam = args.actor.adam
         self.optimizer = make_optimizer(
-            self.model, adam.lr, adam.betas, adam.eps, adam.weight_decay, master_weights=self.dtype != torch.float32
+            self.model, adam.lr, adam.betas, adam.eps, adam.weight_decay, master_weights=self.dtype != torch.float32,
+            fused_wgrad=self.config.gradient_accumulation_fusion,
         )
         # OpenRLHF's schedule, as DeepspeedStrategy builds it (one scheduler step per optimizer step).
         name = args.actor.lr_scheduler

@@ -8,7 +8,7 @@ Megatron's `finalize_model_grads` would otherwise do is here instead:
 - `allreduce_tied_embedding_grads`: with tied embeddings and pp > 1 the first and the last
   stage each hold a copy of the embedding; their gradients are summed so both copies take
   the same step.
-- `grad_norm`: the global L2 norm over TP x PP, counting TP-replicated parameters (norms)
+- `grad_norm` / `grad_norm_tensor`: the global L2 norm over TP x PP, counting TP-replicated parameters (norms)
   once and the last stage's tied copy not at all (the same rule as Megatron's clip_grads).
 - `all_finite`: the non-finite guard: one collective verdict over every rank, so a NaN or
   inf loss or gradient on any rank skips the optimizer step on all of them (Megatron's own
@@ -46,20 +46,20 @@ def allreduce_tied_embedding_grads(model) -> None:
 
 def all_finite(model, losses, group=None) -> bool:
     """True when `losses` (a tensor) and every local gradient are finite on every rank of
-    `group` (default: the whole actor world). Collective: all ranks must call it."""
-    local = bool(torch.isfinite(losses).all())
-    for param in model.parameters():
-        grad = grad_of(param)
-        if local and grad is not None:
-            local = bool(torch.isfinite(grad).all())
-    bad = torch.tensor([0.0 if local else 1.0], device=next(model.parameters()).device)
+    `group` (default: the whole actor world). Collective: all ranks must call it. The per-tensor
+    checks stay on the device; the verdict is the one host sync of the step."""
+    device = next(model.parameters()).device
+    checks = [torch.isfinite(losses).all().to(device)]
+    checks += [torch.isfinite(grad).all() for grad in map(grad_of, model.parameters()) if grad is not None]
+    bad = (~torch.stack(checks).all()).float().reshape(1)
     if dist.is_initialized():
         dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=group)
     return bad.item() == 0.0
 
 
-def grad_norm(model) -> float:
-    """Global gradient L2 norm of a (TP x PP)-parallel model, on every rank."""
+def grad_norm_tensor(model) -> torch.Tensor:
+    """Global gradient L2 norm of a (TP x PP)-parallel model, on every rank, as a 0-dim
+    float64 tensor on the model's device (no host sync)."""
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
     from megatron.core.transformer.module import param_is_not_shared
@@ -73,7 +73,12 @@ def grad_norm(model) -> float:
         if param_is_not_tensor_parallel_duplicate(param):
             squares += grad.detach().double().pow(2).sum()
     dist.all_reduce(squares, group=ps.get_model_parallel_group())
-    return squares.sqrt().item()
+    return squares.sqrt()
+
+
+def grad_norm(model) -> float:
+    """`grad_norm_tensor` as a Python float."""
+    return grad_norm_tensor(model).item()
 
 
 class MasterWeightsAdamW:
@@ -89,7 +94,8 @@ class MasterWeightsAdamW:
     `torch.optim.AdamW`. `inner` is the torch optimizer (an LR scheduler wraps it). Memory
     per parameter: 2 (bf16) + 4 (main_grad) + 4 (master) + 8 (m, v) bytes."""
 
-    def __init__(self, param_groups, **adamw_kwargs):
+    def __init__(self, param_groups, fused_wgrad: bool = False, **adamw_kwargs):
+        self.fused_wgrad = fused_wgrad
         self._pairs = []
         master_groups = []
         for group in param_groups:
@@ -107,6 +113,8 @@ class MasterWeightsAdamW:
     @staticmethod
     @torch.no_grad()
     def _accumulate(param) -> None:
+        if param.grad is None:
+            return
         if param.main_grad is None:
             param.main_grad = param.grad.float()
         else:
@@ -114,6 +122,22 @@ class MasterWeightsAdamW:
         param.grad = None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Start an optimizer step's accumulation. With `fused_wgrad` (Megatron's
+        gradient_accumulation_fusion) the linear layers' weight-gradient GEMMs add into
+        `main_grad` themselves and return no `.grad`, so the buffers must exist, zeroed,
+        before the first backward; the other parameters still come through the hook."""
+        for param, _ in self._pairs:
+            param.grad = None
+            if self.fused_wgrad:
+                if param.main_grad is None:
+                    param.main_grad = torch.zeros_like(param, dtype=torch.float32)
+                else:
+                    param.main_grad.zero_()
+            else:
+                param.main_grad = None
+
+    def release_grads(self) -> None:
+        """Free every gradient buffer (after a training step, before an offload)."""
         for param, _ in self._pairs:
             param.grad = None
             param.main_grad = None
@@ -138,7 +162,7 @@ class MasterWeightsAdamW:
             param.copy_(saved)
 
 
-def make_optimizer(model, lr, betas, eps, weight_decay, master_weights: bool):
+def make_optimizer(model, lr, betas, eps, weight_decay, master_weights: bool, fused_wgrad: bool = False):
     """AdamW with OpenRLHF's parameter groups (no decay on biases and norms), over fp32
     master weights when the model's parameters are low precision. Not OpenRLHF's own
     `get_optimizer_grouped_parameters`: its name list ("norm.weight", ...) misses Transformer
@@ -150,5 +174,8 @@ def make_optimizer(model, lr, betas, eps, weight_decay, master_weights: bool):
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     kwargs = dict(lr=lr, betas=tuple(betas), eps=eps)
     if master_weights:
-        return MasterWeightsAdamW(groups, **kwargs)
+        return MasterWeightsAdamW(groups, fused_wgrad=fused_wgrad, **kwargs)
+    if fused_wgrad:
+        raise ValueError("gradient_accumulation_fusion needs master weights (bf16 parameters): the fused GEMMs "
+                         "accumulate into the fp32 main_grad that only MasterWeightsAdamW keeps")
     return torch.optim.AdamW(groups, **kwargs)
