@@ -9,8 +9,9 @@ COMMANDS = {
     "replay": ("openrlhf_speed.cli.replay", "the requests of a SPEED trace on raw vLLM, all at once (the driver's limit)"),
     "gen-data": ("openrlhf_speed.data.build", "write the embedded arithmetic dataset (train/test jsonl)"),
     "prepare-data": ("openrlhf_speed.data.prepare", "convert local DAPO-17k / DeepScaleR / NuminaMath / MATH500 / AIME / AMC files to jsonl"),
-    "proving-ground": ("openrlhf_speed.cli.proving_ground", "build the small proving-ground model and its RL prompts (issue 13's benchmark)"),
+    "proving-ground": ("openrlhf_speed.cli.proving_ground", "build the small proving-ground model and its RL prompts (the benchmark's subject)"),
     "prepare-model": ("openrlhf_speed.cli.prepare_model", "convert the embedded default model to an HF folder"),
+    "doctor": ("openrlhf_speed.cli.doctor", "check this node (and a Ray cluster) before a long run: what is missing and how to fix it"),
 }
 
 ENTRY = {"openrlhf_speed.data.build": "main_generate"}
