@@ -244,13 +244,15 @@ def _check_ranges(args) -> None:
         raise FlagError("\nopenrlhf-speed train: error: ".join(errors))
 
 
-def _check_inputs(args) -> None:
-    """The datasets and the reward file, read in the driver before anything starts."""
-    from openrlhf_speed.cli.preflight import input_errors
+def _check_inputs(args) -> list:
+    """The datasets and the reward file, read in the driver before anything starts; returns
+    notes (prompts over the prompt limit, duplicate prompts)."""
+    from openrlhf_speed.cli.preflight import input_checks
 
-    errors = input_errors(args)
+    errors, notes = input_checks(args)
     if errors:
         raise FlagError("\nopenrlhf-speed train: error: ".join(errors))
+    return notes
 
 
 def _staleness_correction(args, cfg) -> list:
@@ -428,7 +430,7 @@ def prepare(args) -> None:
         notes += _adapt_to_cpu(args) if cpu else []
         notes += resolve_dtypes(args, cpu=cpu)
     _validate_speed(args)
-    _check_inputs(args)
+    notes += _check_inputs(args)
     from openrlhf_speed.cli.preflight import optimizer_steps, optimizer_steps_note
 
     notes.append(optimizer_steps_note(args))

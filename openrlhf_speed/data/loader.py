@@ -1,18 +1,23 @@
-"""Validation of user prompt datasets (jsonl) before a run spends anything on them.
+"""Validation of user prompt datasets before a run spends anything on them.
 
-Implements `load_jsonl_rows`: it reads one JSON object per line and checks that each row
-has a usable prompt (a non-empty string or a non-empty list of {"role", "content"}
-messages) and a non-empty reference answer, under the keys the run will use
-(OpenRLHF's --data.input_key / --data.label_key).
+Implements `load_jsonl_rows` (one JSON object per line) and `load_records` (rows read
+already from parquet, arrow, csv, a JSON array or a save_to_disk folder: data/folders.py).
+Each row must have a usable prompt (a non-empty string or a non-empty list of
+{"role", "content"} messages) and a non-empty reference answer, under the keys the run will
+use (OpenRLHF's --data.input_key / --data.label_key).
 
 - A broken row (invalid JSON or UTF-8, not an object, missing or empty prompt or answer)
-  raises DatasetError naming the file, the line and the key, and saying what to do; with
-  `skip_invalid=True` it is dropped and counted by reason instead.
+  raises DatasetError naming the file, the line (row) and the key, and saying what to do;
+  with `skip_invalid=True` it is dropped and counted by reason instead.
 - A row whose prompt is longer than `max_prompt_tokens` is always dropped and counted,
   never an error: one long prompt should not stop a run, and OpenRLHF would otherwise
-  truncate or overflow it silently. Tokens are counted as the run will see them: a message
-  list through the tokenizer's chat template (with the generation prompt), a string as is,
-  or wrapped as a user message first when `apply_chat_template=True`.
+  truncate it from the left silently. Tokens are counted as the run will see them: a message
+  list through the tokenizer's chat template (with the generation prompt), a string as is
+  (through `input_template` if given), or wrapped as a user message first when
+  `apply_chat_template=True`. `prompt_limit` is the limit a run's flags set; the SPEED
+  driver skips the same prompts at run time (rollout/speed_generator.py).
+- Duplicate prompts (the same string or message list in two kept rows) are counted in the
+  report: SPEED treats every row as a prompt of its own.
 - Numeric answers (`"answer": 42`) are kept as strings ("42") and counted, since
   OpenRLHF's reward code handles labels as text.
 - Blank lines are skipped and counted. A file left with no rows at all raises.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
 
 # Reasons a row is dropped; all but prompt_too_long are errors unless skip_invalid=True.
 INVALID_REASONS = (
@@ -50,6 +56,9 @@ class LoadReport:
     lines: dict = field(default_factory=dict)  # reason -> first line numbers
     answers_converted: int = 0  # numeric answers turned into strings
     max_prompt_tokens: int | None = None
+    duplicates: int = 0  # kept rows whose prompt an earlier kept row has already
+    duplicate_lines: list = field(default_factory=list)  # the first of them
+    prompt_counts: Counter = field(default_factory=Counter, repr=False)  # prompt (as JSON) -> kept rows
 
     def drop(self, reason: str, lineno: int) -> None:
         self.dropped[reason] += 1
@@ -57,11 +66,30 @@ class LoadReport:
         if len(self.lines[reason]) < _EXAMPLE_LINES:
             self.lines[reason].append(lineno)
 
+    def count_prompt(self, prompt, lineno: int) -> None:
+        """Count a kept row's prompt; a repeat of an earlier one is a duplicate."""
+        key = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+        self.prompt_counts[key] += 1
+        if self.prompt_counts[key] > 1:
+            self.duplicates += 1
+            if len(self.duplicate_lines) < _EXAMPLE_LINES:
+                self.duplicate_lines.append(lineno)
+
+    @property
+    def repeated_prompts(self) -> int:
+        """Distinct prompts that appear more than once."""
+        return sum(1 for n in self.prompt_counts.values() if n > 1)
+
+    @property
+    def most_repeats(self) -> int:
+        return max(self.prompt_counts.values(), default=0)
+
     def as_dict(self) -> dict:
         return {
             "path": self.path, "lines_read": self.lines_read, "blank_lines": self.blank_lines,
             "kept": self.kept, "dropped": dict(self.dropped), "lines": dict(self.lines),
             "answers_converted": self.answers_converted, "max_prompt_tokens": self.max_prompt_tokens,
+            "duplicates": self.duplicates, "duplicate_lines": list(self.duplicate_lines),
         }
 
     def summary(self) -> str:
@@ -104,18 +132,30 @@ def check_row(row, input_key: str = "prompt", label_key: str = "answer") -> tupl
     return None
 
 
-def count_prompt_tokens(prompt, tokenizer, apply_chat_template: bool = False) -> int:
+def prompt_limit(max_len: int, max_new_tokens: int | None) -> tuple[int, str]:
+    """(tokens a prompt may have, why): what OpenRLHF's executor leaves for the prompt before it
+    truncates one from the left (openrlhf/utils/agent.py): --data.max_len minus
+    --rollout.max_new_tokens, or minus 1 when that is unset (the response gets the rest)."""
+    if max_new_tokens:
+        return max_len - max_new_tokens, f"--data.max_len {max_len} - --rollout.max_new_tokens {max_new_tokens}"
+    return max_len - 1, f"--data.max_len {max_len} - 1 (--rollout.max_new_tokens unset)"
+
+
+def count_prompt_tokens(prompt, tokenizer, apply_chat_template: bool = False,
+                        input_template: str | None = None) -> int:
     """Prompt length in tokens as the run sees it (see the module docstring)."""
     if isinstance(prompt, str) and apply_chat_template:
         prompt = [{"role": "user", "content": prompt}]
     if isinstance(prompt, list):
         prompt = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    elif input_template:  # OpenRLHF's --data.input_template, applied without a chat template
+        prompt = input_template.format(prompt)
     # Template text already holds the special tokens it needs; don't count a second BOS.
     return len(tokenizer.encode(prompt, add_special_tokens=False))
 
 
 def _error(path: str, lineno: int, reason: str, detail: str, input_key: str, label_key: str,
-           skip_hint: str | None = SKIP_HINT) -> DatasetError:
+           skip_hint: str | None = SKIP_HINT, where: str = "line") -> DatasetError:
     if reason in ("missing_prompt", "missing_answer"):
         fix = (f"put the prompt under '{input_key}' and the reference answer under '{label_key}', or name "
                "the keys your file uses (input_key/label_key; --data.input_key/--data.label_key in training)")
@@ -123,7 +163,7 @@ def _error(path: str, lineno: int, reason: str, detail: str, input_key: str, lab
         fix = f"write one JSON object per line, e.g. {{\"{input_key}\": \"What is 2 + 3?\", \"{label_key}\": \"5\"}}"
     else:
         fix = "fix or remove the row"
-    return DatasetError(f"{path}, line {lineno}: {reason}: {detail}. To fix: {fix}"
+    return DatasetError(f"{path}, {where} {lineno}: {reason}: {detail}. To fix: {fix}"
                         + (f"; {skip_hint}." if skip_hint else "."))
 
 
@@ -136,6 +176,7 @@ def load_jsonl_rows(
     skip_invalid: bool = False,
     apply_chat_template: bool = False,
     skip_hint: str | None = SKIP_HINT,
+    input_template: str | None = None,
 ) -> tuple[list[dict], LoadReport]:
     """Read and validate a prompt jsonl file; returns (usable rows, report).
 
@@ -143,8 +184,9 @@ def load_jsonl_rows(
     prompts, `apply_chat_template(messages, tokenize=False, add_generation_prompt=True)`
     (any Hugging Face tokenizer); it is required when `max_prompt_tokens` is set.
     """
-    if max_prompt_tokens is not None and tokenizer is None:
-        raise ValueError("max_prompt_tokens needs a tokenizer to count prompt tokens")
+    opts = _Options(str(path), input_key, label_key, max_prompt_tokens, tokenizer, skip_invalid,
+                    apply_chat_template, input_template, skip_hint, "line")
+    _check_tokenizer(opts)
     report = LoadReport(path=str(path), max_prompt_tokens=max_prompt_tokens)
     rows: list[dict] = []
     try:
@@ -156,31 +198,75 @@ def load_jsonl_rows(
             if not raw.strip():
                 report.blank_lines += 1
                 continue
-            report.lines_read += 1
             row, problem = _parse(raw)
-            if problem is None:
-                problem = check_row(row, input_key, label_key)
-            if problem is not None:
-                if not skip_invalid:
-                    raise _error(path, lineno, *problem, input_key, label_key, skip_hint)
-                report.drop(problem[0], lineno)
-                continue
-            if max_prompt_tokens is not None and (
-                count_prompt_tokens(row[input_key], tokenizer, apply_chat_template) > max_prompt_tokens
-            ):
-                report.drop(TOO_LONG, lineno)
-                continue
-            if not isinstance(row[label_key], str):
-                row[label_key] = str(row[label_key])
-                report.answers_converted += 1
-            rows.append(row)
+            _take(row, problem, lineno, rows, report, opts)
+    return _finish(rows, report, opts)
+
+
+class _Options(NamedTuple):
+    """What every row is checked against (the arguments of load_jsonl_rows / load_records)."""
+    path: str
+    input_key: str
+    label_key: str
+    max_prompt_tokens: Optional[int]
+    tokenizer: object
+    skip_invalid: bool
+    apply_chat_template: bool
+    input_template: Optional[str]
+    skip_hint: Optional[str]
+    where: str  # "line" for jsonl, "row" for tables
+
+
+def _take(row, problem, lineno: int, rows: list, report: "LoadReport", o: _Options) -> None:
+    """Check one parsed row: keep it in `rows`, drop it (counted), or raise DatasetError."""
+    report.lines_read += 1
+    if problem is None:
+        problem = check_row(row, o.input_key, o.label_key)
+    if problem is not None:
+        if not o.skip_invalid:
+            raise _error(o.path, lineno, *problem, o.input_key, o.label_key, o.skip_hint, where=o.where)
+        report.drop(problem[0], lineno)
+        return
+    if o.max_prompt_tokens is not None and count_prompt_tokens(
+            row[o.input_key], o.tokenizer, o.apply_chat_template, o.input_template) > o.max_prompt_tokens:
+        report.drop(TOO_LONG, lineno)
+        return
+    if not isinstance(row[o.label_key], str):
+        row[o.label_key] = str(row[o.label_key])
+        report.answers_converted += 1
+    report.count_prompt(row[o.input_key], lineno)
+    rows.append(row)
+
+
+def _finish(rows: list, report: "LoadReport", o: _Options) -> tuple[list[dict], "LoadReport"]:
     report.kept = len(rows)
     if not report.lines_read:
-        raise DatasetError(f"{path}: the file is empty (no rows); give a jsonl file with one "
-                           f"{{\"{input_key}\": ..., \"{label_key}\": ...}} object per line")
+        what = "file" if o.where == "line" else "dataset"
+        raise DatasetError(f"{o.path}: the {what} is empty (no rows); give one "
+                           f"{{\"{o.input_key}\": ..., \"{o.label_key}\": ...}} object per row")
     if not rows:
         raise DatasetError(f"no usable rows: {report.summary()}")
     return rows, report
+
+
+def load_records(path: str, records, input_key: str = "prompt", label_key: str = "answer",
+                 max_prompt_tokens: Optional[int] = None, tokenizer=None, skip_invalid: bool = False,
+                 apply_chat_template: bool = False, input_template: Optional[str] = None,
+                 skip_hint: Optional[str] = SKIP_HINT) -> tuple[list[dict], "LoadReport"]:
+    """The checks of load_jsonl_rows on rows read already (parquet, arrow, csv, a JSON array,
+    a save_to_disk folder: data/folders.py); `path` names them in messages, rows count from 1."""
+    opts = _Options(str(path), input_key, label_key, max_prompt_tokens, tokenizer, skip_invalid,
+                    apply_chat_template, input_template, skip_hint, "row")
+    _check_tokenizer(opts)
+    report, rows = LoadReport(path=str(path), max_prompt_tokens=max_prompt_tokens), []
+    for index, row in enumerate(records, start=1):
+        _take(row, None, index, rows, report, opts)
+    return _finish(rows, report, opts)
+
+
+def _check_tokenizer(o: _Options) -> None:
+    if o.max_prompt_tokens is not None and o.tokenizer is None:
+        raise ValueError("max_prompt_tokens needs a tokenizer to count prompt tokens")
 
 
 def _parse(raw: bytes):

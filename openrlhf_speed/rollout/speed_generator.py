@@ -24,6 +24,10 @@ reuses its conversion of an engine response into an `Experience`. Per request:
   with it on, the engines return the sampled tokens' log-probs (`_sampling_params`), the
   rollout policy's side of the ratio pi_current / pi_rollout.
 - starvation: warnings the scheduler issues while no batch forms are printed at once.
+- over-long prompts: a prompt longer than the prompt limit (`--data.max_len` minus
+  `--rollout.max_new_tokens`) is skipped when the driver starts, never sent, and counted
+  (`speed/prompts_too_long`, and a line at start-up): OpenRLHF's executor would cut it from
+  the left, dropping the question's start. The dry run counts the same prompts (cli/preflight.py).
 - a failed engine (vLLM's EngineCore process died, or its Ray actor) stops the run with
   EngineDiedError, naming the engine and the checkpoint a rerun resumes from; its requests
   are not moved to another engine (the checkpoint, not this process, holds the curriculum).
@@ -66,6 +70,7 @@ from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind
 
 from openrlhf_speed.curriculum import Response, Scheduler, SpeedConfig
+from openrlhf_speed.data.loader import prompt_limit
 from openrlhf_speed.rewards.guard import DEFAULT_MAX_ERROR_RATE, DEFAULT_RETRIES, RewardGuard, invalid_reason
 from openrlhf_speed.rollout.checkpoint import resume_hint
 
@@ -89,7 +94,21 @@ def _sampling_fields(params: SamplingParams, max_length: int) -> dict:
             "skip_special_tokens": params.skip_special_tokens, "max_length": max_length}
 
 
+def drop_too_long(prompts: List[str], labels: List[str], tokenizer, limit: int):
+    """(prompts, labels, dropped row indices) without the prompts over `limit` tokens, counted as
+    OpenRLHF's executor counts them before it would truncate one (the rendered text,
+    no special tokens added). The scheduler's prompt indices are positions in what is kept."""
+    lengths = [len(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+    dropped = [i for i, n in enumerate(lengths) if n > limit]
+    if not dropped:
+        return list(prompts), list(labels), []
+    skip = set(dropped)
+    keep = [i for i in range(len(prompts)) if i not in skip]
+    return [prompts[i] for i in keep], [labels[i] for i in keep], dropped
+
+
 class SpeedSamplesGenerator(SamplesGenerator):
+    prompts_too_long = 0  # prompts of the dataset over the prompt limit, skipped (drop_too_long)
     _feeder: Optional[threading.Thread] = None  # the feeding thread while it runs (start_feeding)
     _feed_stop: Optional[threading.Event] = None
     _feed_error: Optional[BaseException] = None
@@ -98,8 +117,16 @@ class SpeedSamplesGenerator(SamplesGenerator):
                  trace_path: Optional[str] = None, max_steps: Optional[int] = None):
         super().__init__(strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines)
         dataset = prompts_dataloader.dataset  # OpenRLHF's PromptDataset: rendered prompts, labels
-        self.prompts: List[str] = dataset.prompts
-        self.labels: List[str] = dataset.labels
+        limit, why = prompt_limit(self.args.data.max_len, self.args.rollout.max_new_tokens)
+        self.prompts, self.labels, too_long = drop_too_long(dataset.prompts, dataset.labels, tokenizer, limit)
+        self.prompts_too_long = len(too_long)
+        if too_long:
+            print(f"[openrlhf-speed] {len(too_long)} of {len(dataset.prompts)} prompts are longer than {limit} "
+                  f"tokens (the prompt limit, {why}; dataset rows {too_long[:5]}): skipped, never sent, counted as "
+                  "speed/prompts_too_long", flush=True)
+        if not self.prompts:
+            raise ValueError(f"every prompt of --data.prompt_dataset is longer than {limit} tokens (the prompt "
+                             f"limit, {why}): raise --data.max_len or shorten the prompts")
         self.scheduler = Scheduler(num_prompts=len(self.prompts), config=config)
         self.policy_version = 0
         # ray ref -> (Request, engine index, policy version, valid Responses kept, regeneration round)
@@ -144,6 +171,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
             return [], None, 0, True
         samples = [r.payload for g in batch.groups for r in g.responses]  # [B*N], group-major
         self.last_metrics = dict(batch.metrics)
+        self.last_metrics["speed/prompts_too_long"] = float(self.prompts_too_long)
         self.last_metrics["timing_parts/curriculum_wait"] = time.time() - t0
         self.last_metrics["timing_parts/curriculum_overhead"] = self._overhead_s
         self.last_metrics.update(self.reward_guard.pop_metrics())

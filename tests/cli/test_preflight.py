@@ -65,7 +65,7 @@ def test_bad_dataset_is_one_line_naming_file_line_and_key(tmp_path, name, text, 
 
 def test_missing_file_and_unset_label_key(tmp_path):
     assert preflight.input_errors(make_args(str(tmp_path / "nope.jsonl"))) == [
-        f"--data.prompt_dataset {tmp_path / 'nope.jsonl'}: no such file"]
+        f"--data.prompt_dataset {tmp_path / 'nope.jsonl'}: no such file or folder"]
     path = write(tmp_path, "good.jsonl", GOOD)
     errors = preflight.input_errors(make_args(path, label_key=None, reward="/r.py"))
     assert "--data.label_key is not set" in errors[0] and "'prompt', 'answer'" in errors[0]
@@ -105,3 +105,99 @@ def test_trainer_bounds_staleness_while_the_library_does_not():
     add_speed_arguments(parser)
     assert parser.get_default("speed.max_staleness") == DEFAULT_MAX_STALENESS == 2
     assert SpeedConfig().max_staleness is None
+
+
+class WordTokenizer:
+    """One token per word; a chat template that adds two ('<user>' and '<assistant>')."""
+
+    def encode(self, text, add_special_tokens=False):
+        return text.split()
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+        return "<user> " + " ".join(m["content"] for m in messages) + " <assistant>"
+
+
+def test_an_empty_folder_is_refused_in_one_line_naming_it(tmp_path):
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    errors = preflight.input_errors(make_args(str(folder)))
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert errors[0].startswith(f"--data.prompt_dataset {folder}: no dataset file in this folder (it is empty); "
+                                "accepted: a .jsonl/.json/.parquet/.arrow/.csv file, a folder of such files")
+
+
+def test_a_folder_of_shards_is_checked_like_a_file(tmp_path):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    write(folder, "train-00000-of-00002.jsonl", GOOD)
+    write(folder, "train-00001-of-00002.jsonl", '{"prompt": "1+1?", "solution": "2"}\n')
+    errors = preflight.input_errors(make_args(str(folder)))
+    assert len(errors) == 1 and "train-00001-of-00002.jsonl, line 1: missing_answer" in errors[0], errors
+    (folder / "train-00001-of-00002.jsonl").unlink()
+    assert preflight.input_errors(make_args(str(folder))) == []
+
+
+def make_speed_args(dataset, strategy="speed"):
+    args = make_args(dataset, data__apply_chat_template=True)
+    args.speed = NS(strategy=strategy)
+    return args
+
+
+def long_and_duplicate_rows(tmp_path):
+    rows = [{"prompt": f"what is {i} plus one", "answer": str(i + 1)} for i in range(8)]  # 6 tokens templated
+    rows += [{"prompt": " ".join(["word"] * 600), "answer": "1"}] * 3  # 602 tokens templated
+    rows += [rows[0]] * 4
+    return write(tmp_path, "mixed.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_dry_run_counts_over_long_prompts_and_says_what_happens(tmp_path):
+    args = make_speed_args(long_and_duplicate_rows(tmp_path))
+    errors, notes = preflight.check_dataset(args.data.prompt_dataset, args, 4, "--data.prompt_dataset",
+                                            WordTokenizer())
+    assert errors == []
+    (note,) = [n for n in notes if "longer than" in n]
+    assert note.startswith(f"--data.prompt_dataset {args.data.prompt_dataset}: 3 of 15 prompts are longer than "
+                           "448 tokens after the chat template and tokenizer (the prompt limit, --data.max_len 512 - "
+                           "--rollout.max_new_tokens 64; rows 9, 10, 11)")
+    assert "the SPEED driver skips them, never sends them, and counts them (speed/prompts_too_long)" in note
+    args.speed.strategy = "off"
+    _, notes = preflight.check_dataset(args.data.prompt_dataset, args, 4, "--data.prompt_dataset", WordTokenizer())
+    assert "OpenRLHF's generator truncates them from the left" in [n for n in notes if "longer than" in n][0]
+    # Without a tokenizer nothing is counted, and the rows stay usable.
+    assert preflight.check_dataset(args.data.prompt_dataset, args, 4, "--data.prompt_dataset")[1][0].startswith(
+        "WARNING")
+
+
+def test_dry_run_warns_of_duplicates_with_their_count(tmp_path):
+    args = make_speed_args(long_and_duplicate_rows(tmp_path))
+    _, notes = preflight.check_dataset(args.data.prompt_dataset, args, 4, "--data.prompt_dataset", WordTokenizer())
+    (note,) = [n for n in notes if "duplicate" in n]
+    # Rows 9-11 are over the limit (skipped, not counted here); row 1 repeats at rows 12-15.
+    assert note.startswith(f"WARNING --data.prompt_dataset {args.data.prompt_dataset}: 4 duplicate prompts (1 "
+                           "prompt repeated, one 5 times; repeats at rows 12, 13, 14, 15)")
+    assert "screened k times per epoch" in note and "greso, speed_bayes" in note and "\n" not in note
+    # The eval set is not warned about.
+    assert preflight.check_dataset(args.data.prompt_dataset, args, 0, "--eval.dataset", WordTokenizer())[1] == []
+
+
+def test_the_dry_run_counts_the_prompts_the_driver_skips(tmp_path):
+    """Same tokenizer, same template, same limit: the dry run's count is what the SPEED driver
+    drops at run time (rollout/speed_generator.drop_too_long, on OpenRLHF's rendered prompts)."""
+    from openrlhf.datasets.prompts_dataset import preprocess_data
+    from transformers import AutoTokenizer
+
+    from openrlhf_speed.models.default_model import resolve_model
+    from openrlhf_speed.rollout.speed_generator import drop_too_long
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(None))
+    rows = [json.loads(line) for line in open(long_and_duplicate_rows(tmp_path))]
+    # The limit falls inside the spread of lengths: prompts just under and just over it.
+    rows += [{"prompt": " ".join(["seven"] * n), "answer": "7"} for n in range(400, 470, 10)]
+    path = write(tmp_path, "lengths.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    args = make_speed_args(path)
+    _, notes = preflight.check_dataset(path, args, 4, "--data.prompt_dataset", tokenizer)
+    counted = int([n for n in notes if "longer than" in n][0].split(": ", 1)[1].split(" of ")[0])
+    rendered = [preprocess_data(r, None, "prompt", "answer", tokenizer.apply_chat_template) for r in rows]
+    limit = preflight.prompt_limit(args)[0]
+    kept, labels, dropped = drop_too_long([p for p, _ in rendered], [a for _, a in rendered], tokenizer, limit)
+    assert 3 < counted == len(dropped) < len(rows) and len(kept) == len(labels) == len(rows) - counted
