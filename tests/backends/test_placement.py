@@ -57,3 +57,27 @@ def test_spanning_layout_can_be_allowed_with_a_warning():
     hosts = ["a", "b"]
     warning = placement.check_tp_groups(hosts, 2, environ={placement.ALLOW_CROSS_NODE_TP_ENV: "1"})
     assert warning.startswith("warning: ") and "ranks 0-1 on a (ranks 0), b (ranks 1)" in warning
+
+
+def test_megatron_backend_actor_class_hands_out_node_ordered_bundles(monkeypatch):
+    """rollout/actor.py's class selector (what OpenRLHF's RayActorGroup calls .options on)."""
+    import ray
+
+    from openrlhf_speed import compat
+
+    compat.install()  # OpenRLHF imports flash_attn at load time (the fallback on CPU)
+    from openrlhf_speed.rollout import actor
+
+    class Fake:
+        @staticmethod
+        def options(**kwargs):
+            return kwargs
+
+    monkeypatch.setattr(ray.util, "placement_group_table", lambda pg: {"bundles_to_node_id": INTERLEAVED})
+    selector = actor._BackendActorClass("Policy", Fake)
+    monkeypatch.setattr(selector, "resolve", lambda: Fake)
+    pg = object()
+    for backend, want in (("deepspeed", 1), ("megatron", 2)):  # rank 1 -> bundle 1, or the 2nd bundle on nodeA
+        monkeypatch.setitem(actor._backend, "name", backend)
+        opts = selector.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1))
+        assert opts["scheduling_strategy"].placement_group_bundle_index == want
