@@ -154,3 +154,36 @@ def check_continued_from_step2(out: Path, n_a: int, log_a: str, log_b: str) -> N
     # It ends with a complete step-4 checkpoint.
     assert (ckpt / "_actor" / "latest").read_text().strip() == "global_step4"
     assert torch.load(ckpt / "_speed" / "global_step4.pt", weights_only=False)["scheduler"] is not None
+
+
+def run_and_kill_when(cmd: list, out: Path, log_path: Path, moment_reached, delay_s: float = 0.0,
+                      limit_s: float = 1800):
+    """Start `cmd`; once `moment_reached(out, log_so_far)` is true, wait `delay_s` and SIGKILL the
+    driver's tree (kill_tree). Returns (the run's log, the trace events it left, whether it was
+    killed: False when it ended first)."""
+    proc = subprocess.Popen(cmd, env=recipe_env(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    killed = False
+    try:
+        deadline = time.time() + limit_s
+        while time.time() < deadline and proc.poll() is None:
+            if moment_reached(out, "".join(lines)):
+                time.sleep(delay_s)
+                if proc.poll() is None:
+                    kill_tree(proc)
+                    killed = True
+                break
+            time.sleep(0.1)
+        else:
+            if proc.poll() is None:
+                pytest.fail(f"the moment to kill did not come within {limit_s:.0f} s")
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
+        reader.join(timeout=30)
+        log_path.write_text("".join(lines))
+    trace = out / "trace.jsonl"
+    return "".join(lines), events(trace) if trace.is_file() else [], killed

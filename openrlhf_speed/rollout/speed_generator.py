@@ -51,8 +51,9 @@ time-weighted: the batch the engines could work on (bench/driver.py compares it 
 
 Trace (`--speed.trace_path`): "config" (the engines' settings), "prompt" (the text sent for a
 prompt index, once per process), "start" / "continue" / "regenerate" (one per dispatched
-request: prompt, n, the sampling fields), "scored", "batch", ...: enough to replay the same
-requests against raw vLLM (bench/driver.py). Older traces lack "config", "prompt",
+request: prompt, n, the sampling fields), "scored", "batch", "drained" (before a weight sync),
+"save" / "restore" (the scheduler's position, buffer, in-flight prompts, totals), ...: enough
+to replay the same requests against raw vLLM (bench/driver.py). Older traces lack "config", "prompt",
 "continue" and the n/sampling fields; readers of "start" events see one per screening, as before.
 """
 
@@ -92,6 +93,15 @@ def _sampling_fields(params: SamplingParams, max_length: int) -> dict:
     return {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
             "top_k": params.top_k, "min_tokens": params.min_tokens, "logprobs": params.logprobs,
             "skip_special_tokens": params.skip_special_tokens, "max_length": max_length}
+
+
+def _state_summary(sched: dict) -> dict:
+    """The trace's view of a scheduler state ("save" / "restore" events): a resumed run's
+    restore must equal the save of the checkpoint it read (tests/e2e kill tests compare them)."""
+    return {"buffer": [s["prompt_index"] for s in sched["ready"]],
+            "inflight": [s["prompt_index"] for s in sched["inflight"]],
+            "step": sched["step"], "epoch": sched["epoch"], "position": sched["position"],
+            "next_request_id": sched["next_request_id"], "totals": {k: float(v) for k, v in sched["totals"].items()}}
 
 
 def drop_too_long(prompts: List[str], labels: List[str], tokenizer, limit: int):
@@ -237,6 +247,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self.stop_feeding()
         while self._pending:
             self._collect(self._kwargs)
+        self._log("drained", seconds=time.time() - t0)  # the weight sync (or the run's end) follows
         return time.time() - t0
 
     def pop_counts(self) -> dict:
@@ -402,17 +413,13 @@ class SpeedSamplesGenerator(SamplesGenerator):
                 "reward_guard": self.reward_guard.state_dict()}
 
     def log_saved(self, global_step: int, state: dict) -> None:
-        sched = state["scheduler"]
-        self._log("save", global_step=global_step, buffer=[s["prompt_index"] for s in sched["ready"]],
-                  inflight=[s["prompt_index"] for s in sched["inflight"]])
+        self._log("save", global_step=global_step, **_state_summary(state["scheduler"]))
 
     def load_state_dict(self, state: dict) -> None:
         self.scheduler.load_state_dict(state["scheduler"])
         self.policy_version = state["policy_version"]
         self.reward_guard.load_state_dict(state.get("reward_guard", {}))  # absent in older checkpoints
-        sched = state["scheduler"]
-        self._log("restore", buffer=[s["prompt_index"] for s in sched["ready"]],
-                  inflight=[s["prompt_index"] for s in sched["inflight"]])
+        self._log("restore", **_state_summary(state["scheduler"]))
 
     def _log_config(self) -> None:
         """What a replay needs to build the same engine (bench/driver.py, cli/replay.py)."""
