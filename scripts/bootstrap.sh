@@ -19,8 +19,8 @@
 # FLASH_ATTN and TE (transformer-engine) are each auto (default: try, and on a failed
 # build go on without it, saying so), 1 (a failure stops the set-up) or 0 (skip). Without
 # flash-attn the 7B recipes run without packing and with sdpa (FLASH_ATTN=0 is the quick
-# path: its build takes from ~15 min on 16+ cores to hours on 1-2, printed before it
-# starts); without transformer-engine Megatron uses its local layer spec.
+# path: its build for one GPU arch takes about 20 min on 16 cores and 2-3 h on 2, printed
+# before it starts); without transformer-engine Megatron uses its local layer spec.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=cpu CHECK=0
@@ -37,8 +37,9 @@ source scripts/gpu_build_lib.sh
 if [ $CHECK = 1 ]; then gpu_plan "$TORCH_CUDA" "$PY"; exit; fi
 if [ $MODE = gpu ]; then VENV=${VENV:-.venv-gpu}; else VENV=${VENV:-.venv}; fi
 C=requirements/constraints-$MODE.txt
-STAMP=$VENV/.bootstrap-$MODE-$(cat $C requirements/*.txt setup.py scripts/bootstrap.sh scripts/torch_cpu_source.py \
-  scripts/gpu_build_lib.sh | sha1sum | cut -c1-12)
+OWN=(scripts/bootstrap.sh scripts/torch_cpu_source.py)
+[ $MODE = cpu ] || OWN+=(scripts/gpu_build_lib.sh)
+STAMP=$VENV/.bootstrap-$MODE-$(cat $C requirements/*.txt setup.py "${OWN[@]}" | sha1sum | cut -c1-12)
 [ -f "$STAMP" ] && exit 0
 step() { echo "[bootstrap] $*"; }
 die() { echo "[bootstrap] error: $*" >&2; exit 1; }
@@ -144,4 +145,6 @@ for module, off in (("flash_attn", "7B recipes: no --ds.packing_samples, sdpa in
     except Exception as e:  # an ImportError, or a build that does not load (ABI, CUDA)
         print(f"[bootstrap] {module}: not importable ({type(e).__name__}); off: {off}")
 PY
+  deepspeed_adam_built && step "deepspeed: cpu_adam and fused_adam built in" \
+    || step "deepspeed: cpu_adam / fused_adam not built in (DS_ADAM=0): the DeepSpeed actor compiles them at start-up"
 fi

@@ -100,28 +100,31 @@ gpu_mem_gb() {
 
 # gpu_flash_jobs CORES MEM_GB ARCHS THREADS: flash-attn's MAX_JOBS. A job is one kernel
 # file; nvcc compiles its archs THREADS at a time (NVCC_THREADS), so a job keeps
-# min(THREADS, ARCHS) cores busy and peaks at about 1 + 2 x that GiB (flash-attn's own
-# estimate: ~9 GiB at 4 threads). Jobs: as many as the cores and the memory allow, >= 1.
+# min(THREADS, ARCHS) cores busy and needs about 6.5 GiB for each (measured with nvcc 13.0
+# for sm_90: peak RSS 4.1 GiB for flash_fwd_hdim128_bf16, 6.0 GiB for flash_bwd_hdim128_bf16;
+# flash-attn's own guess, ~9 GiB a job at 4 threads, is lower). Jobs: as many as the cores
+# and the memory allow, >= 1.
 gpu_flash_jobs() {
   local cores=$1 mem=$2 archs=$3 threads=$4 busy by_cores by_mem
   busy=$((threads < archs ? threads : archs))
   ((busy < 1)) && busy=1
   by_cores=$((cores / busy))
-  by_mem=$((mem / (1 + 2 * busy)))
+  by_mem=$((mem * 2 / (13 * busy)))
   local jobs=$((by_cores < by_mem ? by_cores : by_mem))
   echo $((jobs < 1 ? 1 : jobs))
 }
 
 # gpu_flash_minutes CORES ARCHS JOBS THREADS: rough wall time of flash-attn's build, in
-# minutes: 72 kernel files x ARCHS, about 1.5 CPU-minutes each (an estimate from
-# flash-attn's "3-5 minutes on a 64-core machine"; not measured here), over the cores the
-# jobs keep busy.
+# minutes: 72 kernel files x ARCHS, about 4 CPU-minutes each, over the cores the jobs keep
+# busy. Measured with nvcc 13.0 for sm_90 on a 2-core AMD EPYC VM: flash_fwd_hdim128_bf16
+# 4.1 and flash_bwd_hdim128_bf16 5.3 CPU-minutes (a faster CPU takes less; flash-attn's
+# README says 3-5 minutes on 64 cores, for its older, smaller build).
 gpu_flash_minutes() {
   local cores=$1 archs=$2 jobs=$3 threads=$4 busy
   busy=$((jobs * (threads < archs ? threads : archs)))
   ((busy > cores)) && busy=$cores
   ((busy < 1)) && busy=1
-  echo $(((72 * archs * 3 / 2 + busy - 1) / busy))
+  echo $(((72 * archs * 4 + busy - 1) / busy))
 }
 
 # gpu_python_headers PYTHON: whether PYTHON's Python.h exists (python3.11-dev).
@@ -180,7 +183,9 @@ gpu_plan() {
   fi
   export CUDA_HOME=$home
   echo "[bootstrap] nvcc $nvcc ($home/bin/nvcc), torch's CUDA $torch_cuda${why:+; $why}"
-  gpu_plan_archs
+  gpu_plan_archs || return 1
+  [[ ${DS_ADAM:-1} == 0 ]] || echo "[bootstrap] DeepSpeed: cpu_adam and fused_adam built into the venv for $TORCH_CUDA_ARCH_LIST (1-5 min; DS_ADAM=0 skips)"
+  return 0
 }
 
 # gpu_plan_archs: TORCH_CUDA_ARCH_LIST (DeepSpeed's ops and other torch extensions) and
@@ -208,15 +213,21 @@ gpu_plan_archs() {
     return 0
   fi
   n=$(tr ';' '\n' <<<"$archs" | { grep -c . || true; })
-  threads=${NVCC_THREADS:-$((n < 4 ? n : 4))}
   cores=$(nproc)
   mem=$(gpu_mem_gb)
+  # nvcc's parallel archs: up to 4, as many as the memory holds (6.5 GiB each), >= 1.
+  threads=$((n < 4 ? n : 4))
+  ((threads > mem * 2 / 13)) && threads=$((mem * 2 / 13))
+  ((threads < 1)) && threads=1
+  threads=${NVCC_THREADS:-$threads}
   export FLASH_ATTN_CUDA_ARCHS=$archs NVCC_THREADS=$threads
   export MAX_JOBS=${MAX_JOBS:-$(gpu_flash_jobs "$cores" "$mem" "$n" "$threads")}
   minutes=$(gpu_flash_minutes "$cores" "$n" "$MAX_JOBS" "$threads")
   FLASH_MINUTES=$minutes
+  local took="$minutes min"
+  ((minutes >= 120)) && took="$((minutes / 60)).$((minutes % 60 / 6)) h"
   echo "[bootstrap] flash-attn: FLASH_ATTN_CUDA_ARCHS=$archs MAX_JOBS=$MAX_JOBS NVCC_THREADS=$threads ($cores cores, $mem GiB free):" \
-    "expect about $minutes min (rough: 72 kernel files x $n arch(s)); FLASH_ATTN=0 skips it (sdpa, no packing)"
+    "expect about $took (rough: 72 kernel files x $n arch(s)); FLASH_ATTN=0 skips it (sdpa, no packing)"
   ((cores < 4)) && echo "[bootstrap] note: only $cores core(s) here: srun --cpus-per-task=16 (or more) shortens the build"
   return 0
 }

@@ -258,9 +258,10 @@ def test_cuda_verdict(nvcc, torch, verdict):
 
 @pytest.mark.parametrize("cores, mem, archs, threads, jobs", [
     (16, 120, 1, 1, 16),  # one arch: a job per core
-    (16, 20, 1, 1, 6),  # ... unless memory runs out first (3 GiB a job)
+    (16, 40, 1, 1, 6),  # ... unless memory runs out first (6.5 GiB a job)
     (1, 120, 4, 4, 1),  # `srun --gpus=1` often gives one core
-    (64, 500, 4, 4, 16),  # 4 archs x 4 nvcc threads: 16 jobs keep 64 cores busy
+    (64, 500, 4, 4, 16),  # 4 archs x 4 nvcc threads: 16 jobs keep 64 cores busy (26 GiB each)
+    (64, 200, 4, 4, 7),  # ... memory allows 7
 ])
 def test_flash_attn_jobs_follow_cores_and_memory(cores, mem, archs, threads, jobs):
     assert int(lib(f"gpu_flash_jobs {cores} {mem} {archs} {threads}")) == jobs
@@ -269,7 +270,7 @@ def test_flash_attn_jobs_follow_cores_and_memory(cores, mem, archs, threads, job
 def test_flash_attn_time_estimate_scales_with_archs_and_cores():
     one_arch_16 = int(lib("gpu_flash_minutes 16 1 16 1"))
     four_archs_1 = int(lib("gpu_flash_minutes 1 4 1 4"))
-    assert one_arch_16 == 7 and four_archs_1 == 432  # 72 files x 1.5 CPU-min x archs / busy cores
+    assert one_arch_16 == 18 and four_archs_1 == 1152  # 72 files x 4 CPU-min x archs / busy cores
 
 
 def test_an_nvcc_wrapper_on_path_yields_to_the_toolkit_with_headers(tmp_path):
@@ -287,3 +288,13 @@ def test_an_nvcc_wrapper_on_path_yields_to_the_toolkit_with_headers(tmp_path):
     home = lib("gpu_cuda_home", PATH=f"{wrap}:/usr/bin:/bin", CUDA_FALLBACK_HOME=str(toolkit / "cuda"))
     assert home == str(toolkit / "cuda")
     assert lib(f'gpu_nvcc_version "{home}"') == "13.0"
+
+
+def test_gpu_check_on_gpus_flash_attn_2_cannot_use(tmp_path):
+    """Compute capability 7.5 (T4): flash-attn is skipped on auto, an error with FLASH_ATTN=1."""
+    needs_gcc()
+    out = gpu_check(tmp_path, nvcc="13.0", caps=("7.5",))
+    assert out.returncode == 0 and "flash-attn skipped: it needs compute capability 8.0+" in out.stdout
+    assert "DeepSpeed: cpu_adam and fused_adam built into the venv for 7.5" in out.stdout
+    out = gpu_check(tmp_path / "again", nvcc="13.0", caps=("7.5",), FLASH_ATTN="1")
+    assert out.returncode == 1 and "set FLASH_ATTN=0" in out.stderr
