@@ -16,6 +16,7 @@ set on the shipped model as the paper's Fig. 2 does (pass rate at 50 samples per
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from openrlhf_speed.proving.recipe import VARIANTS
@@ -44,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("ship", help="copy a build folder into the package as the shipped variant (maintainers)")
     sh.add_argument("--variant", choices=sorted(VARIANTS), default="full")
     sh.add_argument("--source", required=True, help="a folder written by `proving-ground build`")
+    sh.add_argument("--commit", default=None,
+                    help="git commit of the code that made a build whose build.json predates provenance")
     return p
 
 
@@ -91,17 +94,16 @@ def _difficulty(args) -> int:
                          f"{args.samples} --prompts {args.prompts} --split {args.split} --seed {args.seed}")
     text = shipped.format_difficulty(result) + f"\n({result['seconds']:.0f}s, {result['torch_threads']} threads)"
     print(text)
-    targets = [Path(args.out)] if args.out else []
-    for folder in targets:
+    for folder in ([Path(args.out)] if args.out else []) + ([base] if args.ship else []):
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "difficulty.json").write_text(json.dumps(result, indent=1) + "\n")
+        (folder / shipped.DIFFICULTY).write_text(json.dumps(result, indent=1) + "\n")
         (folder / "difficulty.md").write_text(f"`{result['command']}`\n\n```\n{text}\n```\n")
+        print(f"stored in {folder / shipped.DIFFICULTY} and {folder / 'difficulty.md'}")
     if args.ship:
         from openrlhf_speed.proving.ship import write_manifest
 
-        (base / shipped.DIFFICULTY).write_text(json.dumps(result, indent=1) + "\n")
         write_manifest()
-        print(f"stored in {base / shipped.DIFFICULTY} and re-pinned {shipped.MANIFEST}")
+        print(f"re-pinned {shipped.MANIFEST}")
     return 0
 
 
@@ -110,8 +112,14 @@ def _ship(args) -> int:
     from openrlhf_speed.proving.build import provenance
     from openrlhf_speed.proving.ship import ship
 
-    info = json.loads((Path(args.source) / shipped.BUILD_INFO).read_text())
-    dest = ship(args.variant, Path(args.source), made=provenance(args.variant, info.get("seed", 0)))
+    # Used only when the build's own build.json lacks provenance: this machine's, so run `ship`
+    # where the build ran; the date is the build's.
+    source = Path(args.source)
+    made = provenance(args.variant, json.loads((source / shipped.BUILD_INFO).read_text()).get("seed", 0))
+    made["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((source / shipped.BUILD_INFO).stat().st_mtime))
+    if args.commit:
+        made["git_commit"] = args.commit
+    dest = ship(args.variant, source, made=made)
     print(f"shipped {args.source} as {dest}; {shipped.MANIFEST} re-pinned")
     print(shipped.describe(args.variant)["text"])
     return 0

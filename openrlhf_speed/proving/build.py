@@ -311,6 +311,6 @@ def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: 
 
 
 def ensure_built(variant: str) -> Path:
-    """The variant's folder, building it first when missing (the model aliases go through here)."""
+    """The cache's build of the variant, built first when missing (for a variant not shipped)."""
     path = model_dir(variant)
     return path if is_built(path) else build(variant)

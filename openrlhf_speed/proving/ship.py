@@ -1,8 +1,9 @@
 """Putting a build into the package, and comparing a build with the shipped copy.
 
 `ship` is how the shipped proving ground was made: a build folder (from `openrlhf-speed
-proving-ground build`) is copied into proving/shipped/<folder>, the files a model loader
-needs and the RL data only, and MANIFEST.sha256 is rewritten over every shipped file.
+proving-ground build`) is copied whole into proving/shipped/<folder> (the model, tokenizer
+and chat template, build.json, the RL data), and MANIFEST.sha256 is rewritten over every
+shipped file.
 `compare` is what `proving-ground build` prints after a rebuild: both pass tables and both
 weights' sha256, and whether the rebuild is the shipped model bit for bit.
 """
@@ -16,10 +17,9 @@ from pathlib import Path
 from openrlhf_speed.proving import shipped
 from openrlhf_speed.proving.recipe import get_variant
 
-# What a model folder needs (HF and vLLM load it from these) and what the benchmark reads.
-SHIPPED_FILES = ("config.json", "generation_config.json", shipped.WEIGHTS, "tokenizer.json",
-                 "tokenizer_config.json", "special_tokens_map.json", shipped.BUILD_INFO,
-                 "data/train.jsonl", "data/test.jsonl")
+# What a build must hold to be shipped: what HF and vLLM load, and what the benchmark reads.
+REQUIRED = ("config.json", shipped.WEIGHTS, "tokenizer.json", "tokenizer_config.json", shipped.BUILD_INFO,
+            "data/train.jsonl", "data/test.jsonl")
 
 
 def write_manifest(root: Path | None = None) -> Path:
@@ -44,15 +44,15 @@ def ship(variant: str, source: Path, made: dict | None = None, root: Path | None
     root = Path(root) if root else shipped.ROOT
     source = Path(source)
     dest = root / get_variant(variant).folder
-    missing = [f for f in SHIPPED_FILES if f != "special_tokens_map.json" and not (source / f).is_file()]
+    missing = [f for f in REQUIRED if not (source / f).is_file()]
     if missing:
         raise FileNotFoundError(f"{source} is not a complete proving-ground build: missing {', '.join(missing)}")
     if dest.exists():
         shutil.rmtree(dest)
-    (dest / "data").mkdir(parents=True)
-    for f in SHIPPED_FILES:
-        if (source / f).is_file():
-            shutil.copyfile(source / f, dest / f)
+    for f in sorted(x for x in source.rglob("*") if x.is_file()):
+        target = dest / f.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, target)
     info = json.loads((dest / shipped.BUILD_INFO).read_text())
     if made and "made" not in info:
         info["made"] = made

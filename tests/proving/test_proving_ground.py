@@ -1,7 +1,8 @@
 """The proving-ground model: its tokenizer, its recipe, and a (shrunken) build end to end.
 
-The real build's quality (its pass table, its time) is a benchmark figure, printed by
-`openrlhf-speed proving-ground build`; these tests check what any build must satisfy.
+The shipped build's quality (its pass table) is a benchmark figure, printed by
+`openrlhf-speed proving-ground show`; these tests check what any build must satisfy
+(test_shipped.py checks the shipped copy itself).
 """
 
 import dataclasses
@@ -80,14 +81,19 @@ def test_build_records_its_recipe_and_a_pass_table(built):
     assert info["rl_mix"] == info["held_out_mix"] == recipe.CI_MIX
 
 
-def test_show_prints_both_tables(built, monkeypatch, capsys):
+def test_build_compares_the_rebuild_with_the_shipped_copy(built, capsys):
+    # `build` on a folder that is already built reuses it, then prints both tables and both
+    # weights' sha256 (this shrunken build cannot match the shipped one).
     from openrlhf_speed.cli import proving_ground
-    from openrlhf_speed.proving import build as pg
+    from openrlhf_speed.proving import shipped
 
-    monkeypatch.setattr(pg, "model_dir", lambda variant: built)
-    assert proving_ground.main(["show", "--variant", "ci"]) == 0
+    assert proving_ground.main(["build", "--variant", "ci", "--out", str(built)]) == 0
     out = capsys.readouterr().out
-    assert "RL train prompts, start model" in out and "held-out prompts, start model" in out
+    assert f"shipped {recipe.get_variant('ci').folder}:" in out and f"rebuilt {built}:" in out
+    assert out.count("RL train prompts, start model") == 2
+    weights = next(ln for ln in out.splitlines() if ln.startswith("model.safetensors"))
+    assert weights.endswith("DIFFERENT") and shipped.describe("ci")["weights_sha256"] in weights
+    assert "differ from the shipped ones" in out
 
 
 def test_rl_data_keeps_the_held_out_split_out_of_training(built):
@@ -113,8 +119,8 @@ def test_supervised_examples_never_use_held_out_keys():
 
 
 def test_the_full_variant_trains_on_harder_prompts_than_it_is_evaluated_on():
-    # v4: the train mix carries the paper's share of never-solved prompts (the 3-digit levels),
-    # while the held-out split, and the start model supervised around it, stay v3's.
+    # The train mix carries the paper's share of never-solved prompts (the 3-digit levels),
+    # while the held-out split, and the start model supervised around it, keep HELD_OUT_MIX.
     from openrlhf_speed.proving.build import rl_splits
 
     v = recipe.get_variant("full")
@@ -124,14 +130,14 @@ def test_the_full_variant_trains_on_harder_prompts_than_it_is_evaluated_on():
     splits = rl_splits(dataclasses.replace(v, n_rl_train=500, n_test=200), 0)
     share = lambda split: sum(p.level in hard for p in split) / len(split)
     assert share(splits["train"]) > share(splits["test"]) + 0.1
-    v3_weighted = rl_splits(dataclasses.replace(v, n_rl_train=500, n_test=200, rl_mix=recipe.HELD_OUT_MIX), 0)
-    assert splits["test"] == v3_weighted["test"]
+    held_out_weighted = rl_splits(dataclasses.replace(v, n_rl_train=500, n_test=200, rl_mix=recipe.HELD_OUT_MIX), 0)
+    assert splits["test"] == held_out_weighted["test"]
     ci = recipe.get_variant("ci")
     assert ci.held_out_weights == ci.rl_weights == recipe.CI_MIX
 
 
 def test_a_direct_share_of_supervision_skips_the_working_whatever_the_problem():
-    # v3's habit: a coin independent of the problem decides whether an example shows its
+    # The habit: a coin independent of the problem decides whether an example shows its
     # working, so every level carries about the same share and RL can shift it on all at once.
     from collections import Counter
     from itertools import islice
@@ -154,8 +160,8 @@ def test_a_direct_share_of_supervision_skips_the_working_whatever_the_problem():
 
 
 def test_a_direct_example_teaches_its_opening_not_its_digits():
-    # Digits of a 2-digit product written without working are noise targets (first v3 build:
-    # pass 0.06); the habit is the opening, and a worked example keeps every label.
+    # Digits of a 2-digit product written without working are noise targets (a build that
+    # taught them passed 0.06); the habit is the opening, and a worked example keeps every label.
     from openrlhf_speed.data.arithmetic import get_level
     from openrlhf_speed.proving.build import DIRECT_OPENING, _encode_batch, direct
 
@@ -246,15 +252,15 @@ def test_length_sorted_pieces_give_the_whole_batchs_gradient():
         torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
 
 
-def test_train_with_a_proving_model_defaults_to_its_own_data(built, tmp_path):
+def test_train_with_a_proving_model_defaults_to_its_own_data(tmp_path):
     import os
-    import shutil
     import subprocess
 
     from _util import openrlhf_speed_cmd
 
-    cache = tmp_path / "cache"
-    shutil.copytree(built, cache / "models" / recipe.get_variant("ci").folder)
+    from openrlhf_speed.proving import shipped
+
+    cache = tmp_path / "cache"  # empty: the name resolves to the shipped copy, nothing is built
     out = subprocess.run([*openrlhf_speed_cmd(), "train", "--dry_run", "--actor.model_name_or_path", "proving-ci",
                           "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1", "--algo.advantage.estimator", "rloo",
                           "--algo.kl.init_coef", "0", "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4",
@@ -263,9 +269,10 @@ def test_train_with_a_proving_model_defaults_to_its_own_data(built, tmp_path):
                          env={**os.environ, "OPENRLHF_SPEED_CACHE": str(cache)})
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout[out.stdout.index("{"):])
-    folder = cache / "models" / recipe.get_variant("ci").folder
+    folder = shipped.ROOT / recipe.get_variant("ci").folder
     assert plan["config"]["actor"]["model_name_or_path"] == str(folder)
     assert plan["config"]["data"]["prompt_dataset"] == str(folder / "data" / "train.jsonl")
     assert plan["config"]["eval"]["dataset"] == str(folder / "data" / "test.jsonl")
     assert plan["config"]["data"]["apply_chat_template"] is True
     assert "the proving ground's RL prompts" in out.stdout  # 'embedded' eval means the model's own held-out split
+    assert not (cache / "models" / recipe.get_variant("ci").folder).exists()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 from openrlhf_speed.models import ModelNotFoundError
@@ -49,8 +50,9 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_manifest(manifest: Path = MANIFEST) -> dict[str, str]:
-    """{relative path: sha256} from `sha256sum`-format lines."""
+def read_manifest(manifest: Path | None = None) -> dict[str, str]:
+    """{relative path: sha256} from `sha256sum`-format lines (MANIFEST by default)."""
+    manifest = Path(manifest) if manifest else MANIFEST
     if not manifest.is_file():
         raise ShippedModelError(f"{manifest} is missing: the shipped proving ground is incomplete; "
                                 "reinstall the package (make setup) or restore the file from git")
@@ -109,9 +111,24 @@ def _verify(folder_name: str, base_root: Path) -> Path:
     return base
 
 
+def is_shipped(name: str) -> bool:
+    """Whether the manifest pins the variant (then its files must match: see `verify`)."""
+    prefix = get_variant(name).folder + "/"
+    return MANIFEST.is_file() and any(rel.startswith(prefix) for rel in read_manifest())
+
+
 def path(name: str) -> Path:
-    """The verified shipped folder of a proving-ground name (what the model names resolve to)."""
-    return verify(name)
+    """The folder a proving-ground name resolves to: the verified shipped copy, or, for a
+    variant this checkout does not ship (a recipe changed without a new shipped build), the
+    cache's build of it, built on first use, with a warning that it is machine-dependent."""
+    if is_shipped(name):
+        return verify(name)
+    from openrlhf_speed.proving.build import ensure_built
+
+    print(f"[proving] warning: '{name}' has no shipped copy in {ROOT} ({MANIFEST.name} does not pin "
+          f"{get_variant(name).folder}); using the cache's build, whose weights depend on this machine's "
+          "CPU: results are not comparable across machines", file=sys.stderr, flush=True)
+    return ensure_built(name)
 
 
 def data_paths(name: str) -> tuple[str, str]:
@@ -127,7 +144,7 @@ def build_info(name: str) -> dict:
 def describe(name: str) -> dict:
     """What a benchmark report prints about its start model, from the verified shipped copy.
 
-    Keys: name, variant, folder, weights_file, weights_sha256, parameters, made (recipe
+    Keys: name, variant, shipped (False: no shipped copy, this machine's cache build), folder, weights_file, weights_sha256, parameters, made (recipe
     version, command, machine, CPU), pass_table / held_out_pass_table (dicts) and their
     `*_text` renderings, difficulty (dict or None) and difficulty_text, and `text`: the whole
     block ready to print (a header line with the sha256, then the tables)."""
@@ -135,13 +152,14 @@ def describe(name: str) -> dict:
 
     base = path(name)
     info = build_info(name)
-    weights_sha = read_manifest()[f"{base.name}/{WEIGHTS}"]
+    is_pinned = is_shipped(name)
+    weights_sha = read_manifest()[f"{base.name}/{WEIGHTS}"] if is_pinned else sha256_file(base / WEIGHTS)
     difficulty = None
     if (base / DIFFICULTY).is_file():
         difficulty = json.loads((base / DIFFICULTY).read_text())
     made = info.get("made", {})
     d = {
-        "name": name, "variant": info["variant"], "folder": str(base), "weights_file": WEIGHTS,
+        "name": name, "variant": info["variant"], "shipped": is_pinned, "folder": str(base), "weights_file": WEIGHTS,
         "weights_sha256": weights_sha, "parameters": info["parameters"], "made": made,
         "pass_table": info["pass_table"], "held_out_pass_table": info.get("held_out_pass_table"),
         "pass_table_text": "RL train prompts, " + format_table(info["pass_table"]),
@@ -150,7 +168,8 @@ def describe(name: str) -> dict:
         "difficulty": difficulty,
         "difficulty_text": format_difficulty(difficulty) if difficulty else "",
     }
-    header = (f"start model: '{name}' = shipped {base.name} ({info['parameters'] / 1e6:.2f}M parameters), "
+    where = f"shipped {base.name}" if is_pinned else f"NOT SHIPPED: this machine's build {base}"
+    header = (f"start model: '{name}' = {where} ({info['parameters'] / 1e6:.2f}M parameters), "
               f"{WEIGHTS} sha256 {weights_sha}")
     if made:
         header += (f"\n  made by `{made.get('command', '?')}` (recipe v{made.get('recipe_version', '?')}, seed "
@@ -180,4 +199,4 @@ def format_difficulty(d: dict) -> str:
 
 
 __all__ = ["MANIFEST", "ROOT", "ShippedModelError", "data_paths", "describe", "folder", "format_difficulty",
-           "path", "read_manifest", "sha256_file", "verify"]
+           "is_shipped", "path", "read_manifest", "sha256_file", "verify"]
