@@ -245,7 +245,7 @@ def weak_build_warning(v: Variant, table: dict) -> str | None:
     if v.min_pass_worked is None or not worked < v.min_pass_worked:  # NaN: no worked answers to judge
         return None
     return (f"[proving] warning: answers with working pass {worked:.2f} on train prompts, below this recipe's "
-            f"{v.min_pass_worked:.2f} (the shipped build: 0.75): the model learned less arithmetic than the "
+            f"{v.min_pass_worked:.2f} (a sound build: about 0.75): the model learned less arithmetic than the "
             "benchmark's figures assume; rebuild with another --seed (proving-ground build --force --seed N)")
 
 

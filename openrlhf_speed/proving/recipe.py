@@ -104,7 +104,7 @@ class Variant:
     held_out_mix: dict | None = None
     direct_share: float = 0.0  # supervised examples answered with \boxed{answer} alone
     # Worked answers' pass rate on train prompts below which the build warns that it learned
-    # too little arithmetic (the shipped build: 0.75; a weak one, HELD_OUT_MIX's note: 0.39).
+    # too little arithmetic (a sound build: about 0.75; a weak one, HELD_OUT_MIX's note: 0.39).
     min_pass_worked: float | None = None
     extra: dict = field(default_factory=dict)
 
