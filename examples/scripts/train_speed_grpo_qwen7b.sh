@@ -26,8 +26,9 @@
 #   (12 B/param = 23 GB per GPU, 91 GB in all) on the host (--ds.adam_offload, DeepSpeed's
 #   cpu_adam). Without the offload (ADAM_OFFLOAD=0, fused_adam) it is 16 B/param = 30 GB
 #   per GPU before activations and gathered layers: it fits 80 GB from 4 actor GPUs on (on
-#   2 it is 61 GB, too close) and spares the host RAM and the CPU Adam step. The reference model shares the actor's
-#   GPUs (--train.colocate_actor_ref): bf16 ZeRO-3 over 4 GPUs, 3.8 GB more per GPU.
+#   2 it is 61 GB, too close) and spares the host RAM and the CPU Adam step. The reference
+#   model shares the actor's GPUs (--train.colocate_actor_ref): bf16 ZeRO-3 over 4 GPUs,
+#   3.8 GB more per GPU.
 #   vLLM: 15 GB of weights, the rest of --vllm.gpu_memory_utilization 0.9 is KV cache
 #   (~55 GB, ~1M tokens per engine).
 #
