@@ -121,7 +121,8 @@ def _record(metrics: _Metrics, window_sums: dict, stats: dict, view: dict, gas: 
     """stats: name -> 0-dim tensor (on the device); view: the micro-batch's `_host_view`."""
     for key, value in stats.items():
         if key in _WINDOW_SUMMED:
-            window_sums[key] = window_sums.get(key, 0.0) + value / gas
+            # float64, as the Python floats this sum used to be (the reported mean, not the loss)
+            window_sums[key] = window_sums.get(key, 0.0) + (value.double() if torch.is_tensor(value) else value) / gas
         elif key != "loss":
             metrics.add(_RENAMES.get(key, key), value, view["tokens"])
     for key, value in view["info"].items():
