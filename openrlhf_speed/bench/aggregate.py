@@ -174,3 +174,148 @@ def rule_line(info: Optional[dict]) -> str:
         return ""
     return (f"rule {info['rule']}: step-0 {info['start']:.4f} + {info['fraction']:g} x uniform gain "
             f"{info['gain']:.4f} (final {info['baseline_final']:.4f})")
+
+
+# --- time to target between evaluations, speedup intervals, the GPU projection ---------------
+#
+# Interpolation: the grid figure (the clock at the first evaluation at or above the target)
+# is an upper bound by up to one evaluation period; a straight line between that evaluation
+# and the one before reads the clock where the line crosses the target. Both are reported.
+#
+# Bootstrap: each curriculum's runs are resampled with replacement (B_REPS times, a fixed RNG
+# seed so a report is reproducible); the ratio of the resampled means of the baseline's and
+# ours times gives the 2.5% and 97.5% percentiles. An interval holding 1 is "not resolved".
+#
+# Projection (labelled as such everywhere): a run's cost = c_train x (trained tokens +
+# ratio x generated tokens), ratio fixed so that uniform's generation costs 2x its training per
+# step (the paper's Fig. 2, right, where inference dominates on GPUs), c_train = uniform's
+# measured training seconds per trained token. It prices the tokens each run really spent; it
+# does not model batching, overlap or engine efficiency.
+
+B_REPS = 2000
+B_SEED = 20250611
+GEN_OVER_TRAIN = 2.0  # uniform's inference time / its training time per step (paper Fig. 2, right)
+
+
+def interpolate_to_target(evals: list, target: float) -> tuple:
+    """(clock, step) where the accuracy line between consecutive evaluations first reaches the
+    target; (None, None) when no evaluation does. At step 0 (or a first evaluation already at
+    the target) that evaluation's own clock and step."""
+    prev = None
+    for e in sorted(evals, key=lambda e: e["step"]):
+        acc = e["eval_accuracy"]
+        if acc >= target:
+            if prev is None or acc == prev["eval_accuracy"]:
+                return float(e["train_wall_s"]), float(e["step"])
+            f = (target - prev["eval_accuracy"]) / (acc - prev["eval_accuracy"])
+            return (prev["train_wall_s"] + f * (e["train_wall_s"] - prev["train_wall_s"]),
+                    prev["step"] + f * (e["step"] - prev["step"]))
+        prev = e
+    return None, None
+
+
+def _percentile(sorted_values: list, q: float) -> float:
+    """Linear-interpolated percentile (numpy's default) of an ascending list, q in [0, 1]."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def bootstrap_ratio(baseline: list, ours: list, reps: int = B_REPS, seed: int = B_SEED,
+                    level: float = 0.95) -> Optional[tuple]:
+    """(point, low, high): mean(baseline) / mean(ours) and its percentile-bootstrap interval,
+    resampling each curriculum's runs with replacement; None when a run did not reach the
+    target (None in a list) or either list is empty or a mean is 0."""
+    import random
+
+    if not baseline or not ours or any(x is None for x in baseline + ours):
+        return None
+    if min(ours) <= 0 or sum(baseline) <= 0:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(reps):
+        b = [rng.choice(baseline) for _ in baseline]
+        o = [rng.choice(ours) for _ in ours]
+        ratios.append((sum(b) / len(b)) / (sum(o) / len(o)))
+    ratios.sort()
+    tail = (1.0 - level) / 2
+    point = (sum(baseline) / len(baseline)) / (sum(ours) / len(ours))
+    return point, _percentile(ratios, tail), _percentile(ratios, 1.0 - tail)
+
+
+def resolution(interval: Optional[tuple]) -> str:
+    """'faster' / 'slower' when the interval (point, low, high) excludes 1, 'not resolved' when
+    it holds 1, 'not measured' without an interval."""
+    if interval is None:
+        return "not measured"
+    _, low, high = interval
+    if low > 1.0:
+        return "faster"
+    if high < 1.0:
+        return "slower"
+    return "not resolved"
+
+
+def cost_ratio(uniform_gen_tokens_per_step: float, uniform_train_tokens_per_step: float,
+               gen_over_train: float = GEN_OVER_TRAIN) -> float:
+    """Cost of a generated token / cost of a trained token such that uniform's generation per
+    step costs gen_over_train x its training per step."""
+    return gen_over_train * uniform_train_tokens_per_step / uniform_gen_tokens_per_step
+
+
+def projected_clock(steps: list, ratio: float, s_per_train_token: float) -> list:
+    """Cumulative projected seconds after each step [0, c1, c2, ...] (index = step), pricing the
+    step's tokens: s_per_train_token x (trained + ratio x generated)."""
+    out, total = [0.0], 0.0
+    for st in steps:
+        total += s_per_train_token * (_num(st, "speed/tokens_trained") + ratio * _num(st, "speed/tokens_generated"))
+        out.append(total)
+    return out
+
+
+def clock_at_step(clock: list, step: Optional[float]) -> Optional[float]:
+    """The cumulative clock at a fractional step, linear between steps; None for None."""
+    if step is None:
+        return None
+    if step >= len(clock) - 1:
+        return clock[-1]
+    lo = int(math.floor(step))
+    return clock[lo] + (step - lo) * (clock[lo + 1] - clock[lo])
+
+
+def _num(record: dict, key: str) -> float:
+    v = record.get(key, 0.0)
+    return 0.0 if v is None or is_nan(v) else float(v)
+
+
+def mechanism(steps: list) -> dict:
+    """A run's mechanism columns from its step records: tokens per step by phase, qualification
+    rate, share of trained tokens in groups with zero reward variance (uniform's wasted groups), mean gradient norm,
+    mean reward of trained groups (Fig. 4) and generation tokens per second."""
+    n = len(steps)
+    if not n:
+        return {}
+    per_step = {p: sum(_num(s, f"speed/tokens_{p}") for s in steps) / n
+                for p in ("screen", "continue", "full", "discarded", "trained")}
+    screened = sum(_num(s, "speed/prompts_screened") for s in steps)
+    qualified = sum(_num(s, "speed/prompts_qualified") for s in steps)
+    gen_s = sum(_num(s, "timing/generation") for s in steps)
+    gen_tokens = sum(_num(s, "speed/tokens_generated") for s in steps)
+    # Token-weighted: the trained tokens of groups whose rewards are all equal (no gradient),
+    # from the useful-token share the driver logs (useful / generated) and the trained tokens.
+    useful = sum(_num(s, "speed/useful_token_share") * _num(s, "speed/tokens_generated") for s in steps)
+    trained = per_step["trained"] * n
+    grads = [s["actor_grad_norm"] for s in steps if s.get("actor_grad_norm") is not None
+             and not is_nan(s["actor_grad_norm"])]
+    acc = []
+    for key in ("speed/accuracy", "rollout/reward_mean"):  # the driver's, else OpenRLHF's (`off`)
+        acc = acc or [s[key] for s in steps if s.get(key) is not None and not is_nan(s[key])]
+    nan = float("nan")
+    return {**{f"tokens_per_step_{p}": v for p, v in per_step.items()},
+            "qualification_rate": qualified / screened if screened else nan,
+            "zero_variance_share": 1.0 - useful / trained if trained else nan,
+            "grad_norm_mean": sum(grads) / len(grads) if grads else nan,
+            "trained_accuracy_mean": sum(acc) / len(acc) if acc else nan,
+            "generation_tokens_per_s": gen_tokens / gen_s if gen_s else nan}

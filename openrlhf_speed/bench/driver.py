@@ -1,4 +1,4 @@
-"""The SPEED driver's throughput against raw vLLM on the same requests (issue 13, item 4: the
+"""The SPEED driver's throughput against raw vLLM on the same requests (the
 engine's limit, measured apart from training; the goal is at least 95% of the raw rate).
 
 1. `openrlhf-speed train --train.generation_only` for K steps: the benchmark's own command

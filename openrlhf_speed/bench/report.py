@@ -39,6 +39,7 @@ from typing import Optional
 from openrlhf_speed.bench import aggregate as agg
 from openrlhf_speed.bench import claims as cl
 from openrlhf_speed.bench import driver as drv
+from openrlhf_speed.bench import evidence as ev
 
 
 # (label, metrics key): generation is the driver's wait for the engines; the rest of the
@@ -171,6 +172,7 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
               "target_within_noise": bool(within_noise or not_evidence), "summary": summary,
               "runs_summary": run_rows, "speedups": sp, "speedup_notes": sp_why}
     report["claims"] = cl.check(report, settings)
+    report["evidence"] = ev.build(runs, groups, chosen, settings)
     return report
 
 
@@ -218,6 +220,29 @@ def _runs_table(report: dict) -> list:
     return ["", "each run:", "", *rows]
 
 
+def start_model(model: Optional[str]) -> Optional[str]:
+    """The shipped start model's sha256 and pass table (proving.shipped.describe), None when
+    the model is not a shipped proving ground or that module is absent."""
+    from openrlhf_speed import proving
+
+    if not model or not proving.is_proving(model):
+        return None
+    try:
+        from openrlhf_speed.proving import shipped
+    except ImportError:
+        return None
+    try:
+        d = shipped.describe(model)
+    except Exception as e:  # a missing or changed copy: the report still renders, and says so
+        return f"start model {model}: no shipped description ({type(e).__name__}: {e})"
+    return d["text"] if isinstance(d, dict) else str(d)
+
+
+def _start_model_lines(report: dict) -> list:
+    text = report.get("start_model")
+    return [text, ""] if text else []
+
+
 def _target_line(report: dict) -> str:
     how = report["target_mode"]
     if report.get("target_rule"):
@@ -238,7 +263,7 @@ def table_markdown(report: dict) -> str:
             f"{_fmt(s['useful_token_share'], '.2f')} | {_fmt(s['generation_tokens_per_s'], '.0f')} | "
             f"{_fmt(100 * s['curriculum_overhead_share'], '.2f')}% |"
         )
-    lines = [_target_line(report), "", *rows, *_runs_table(report)]
+    lines = [*_start_model_lines(report), _target_line(report), "", *rows, *_runs_table(report)]
     why = report.get("speedup_notes") or {}
     sp = ", ".join(f"{k} " + (f"n/a ({why[k]})" if v is None and k in why else "n/a" if v is None else f"{v:.2f}x")
                    for k, v in report["speedups"].items())
@@ -258,6 +283,8 @@ def table_markdown(report: dict) -> str:
     lines += ["", "mean seconds per step (" + " / ".join(p for p, _ in _PROFILE) + "): " +
               "; ".join(f"{n} " + " / ".join(_fmt(v, ".1f") for v in s["step_profile_s"].values())
                         for n, s in report["summary"].items())]
+    if report.get("evidence"):
+        lines += ev.markdown(report["evidence"])
     if report.get("engine"):
         e = report["engine"]
         lines += ["", f"engine limit on the same requests: {e['tokens_per_s']:.0f} tokens/s "

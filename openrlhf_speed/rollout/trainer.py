@@ -194,7 +194,15 @@ def make_trainer_class(upstream_actor_class):
             upstream = self.samples_generator.generate_eval_samples
 
             def capture(**kwargs):  # keeps the samples so the overall accuracy needs no second pass
-                samples = upstream(**kwargs)
+                # Upstream sends the held-out prompts in chunks of --rollout.batch_size and waits
+                # for each; one chunk of every prompt keeps the engines full (seconds, not a minute).
+                rollout = self.samples_generator.args.rollout
+                chunk = rollout.batch_size
+                rollout.batch_size = max(chunk, len(self.eval_dataloader.dataset))
+                try:
+                    samples = upstream(**kwargs)
+                finally:
+                    rollout.batch_size = chunk
                 rewards.extend(float(r) for s in samples for r in s.rewards)
                 return samples
 

@@ -200,13 +200,12 @@ def test_proving_preset_uses_the_proving_data(tmp_path, monkeypatch):
     monkeypatch.setattr(embedded, "ensure_embedded_dataset", lambda **kw: pytest.fail("embedded data used"))
     args = bench_run.build_parser().parse_args(["--mode", "proving", "--out", str(tmp_path)])
     s = bench_run._settings(args)
-    assert (args.model, args.runs, args.target_rule) == ("proving", 2, "uniform_gain:0.75")
+    assert (args.model, args.runs, args.target_rule) == ("proving", 4, "uniform_gain:0.75")
+    assert args.curricula == "off,uniform,dapo,speed,speed@8,greso,speed_bayes"
     assert args.skip_engine is True  # its driver measurement replays the requests on raw vLLM instead
     sizes = ("batch", "n", "n_init", "max_new_tokens", "steps", "eval_every")
-    assert tuple(s[k] for k in sizes) == (8, 16, 4, 64, 60, 4)  # the paper's N and N_init; B by uniform's rule
-    # B changed from 16 by the rule in run.py: the prompts trained and the evaluation grid in prompts stay
-    assert (s["batch"] * s["steps"], s["batch"] * s["eval_every"]) == (16 * 30, 16 * 2)
-    assert (s["eval_prompts"], s["eval_k"], s["lr"]) == (1200, 1, 1e-4)
+    assert tuple(s[k] for k in sizes) == (16, 24, 4, 64, 30, 2)  # the paper's B, N and N_init
+    assert (s["eval_prompts"], s["eval_k"], s["lr"], s["warmup"]) == (1200, 1, 1e-4, 10)
     got_train, got_test = bench_run._data(args, s, str(tmp_path))
     assert asked == ["proving"] and got_train == str(train)
     rows = [json.loads(line) for line in open(got_test)]
@@ -273,14 +272,14 @@ def test_training_sizes_and_warmup_reach_the_train_command(tmp_path):
     assert flag("--actor.lr_scheduler") == "constant_with_warmup"
     # OpenRLHF's schedule length, from the data as ppo_trainer.prepare_datasets computes it: its
     # ceil(length x ratio) is the warm-up, 10 optimizer updates (5 bench steps of 2 updates).
-    length = 4000 * 16 // 64 * 10
+    length = 4000 * 24 // 64 * 10
     assert math.ceil(length * float(flag("--actor.lr_warmup_ratio"))) == 10
     # Without --warmup, the command is as before: no warm-up, OpenRLHF's default schedule.
     plain = bench_run.build_parser().parse_args(["--mode", "tiny"])
     cmd = bench_run.train_command("uniform", bench_run._settings(plain), plain, "t.jsonl", "e.jsonl", str(tmp_path))
     assert "--actor.lr_scheduler" not in cmd and cmd[cmd.index("--actor.lr_warmup_ratio") + 1] == "0"
     assert (cmd[cmd.index("--train.batch_size") + 1], cmd[cmd.index("--train.micro_batch_size") + 1]) == ("16", "8")
-    for bad, why in ((["--train_batch", "48"], "must divide the step's 128 responses"),
+    for bad, why in ((["--train_batch", "50"], "must divide the step's 384 responses"),
                      (["--train_batch", "64", "--train_micro", "48"], "multiple of the train micro-batch 48"),
                      (["--warmup", "-1"], "--warmup -1")):
         with pytest.raises(SystemExit, match=why):

@@ -1,0 +1,123 @@
+"""The benchmark's evidence beside its table: time to target read between evaluations, a
+bootstrap 95% interval of every speedup ratio ("not resolved" when it holds 1), the
+mechanism per run and a GPU projection of each run's clock (aggregate.py's pure functions).
+
+Ratios: each of `speed`, `greso`, `speed_bayes` (those run) over each of `off`, `uniform`,
+`dapo`, from the interpolated training clock to the target, measured on this machine and
+projected. A curriculum with a run that did not reach the target has no ratio.
+
+Projection, labelled as such: the tokens each run generated and trained on, priced so that
+uniform's generation costs 2x its training per step (the paper's Fig. 2, right: inference
+dominates a GPU step), in seconds of uniform's measured training per trained token. `off`
+(OpenRLHF's own generation) logs no driver token counts: its tokens are its mean response
+length x the responses of a step, all generated and all trained.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from openrlhf_speed.bench import aggregate as agg
+
+OURS = ("speed", "greso", "speed_bayes")
+BASELINES = ("off", "uniform", "dapo")
+
+
+def _with_tokens(steps: list, responses: int) -> list:
+    """Step records with speed/tokens_generated and _trained, filled in for `off` runs from
+    OpenRLHF's mean response length x the step's responses."""
+    out = []
+    for st in steps:
+        if "speed/tokens_generated" not in st and "rollout/response_length_mean" in st:
+            tokens = float(st["rollout/response_length_mean"]) * responses
+            st = {**st, "speed/tokens_generated": tokens, "speed/tokens_trained": tokens}
+        out.append(st)
+    return out
+
+
+def _cost_model(runs: dict, groups: dict, responses: int) -> Optional[dict]:
+    """{'ratio', 's_per_train_token'} from the uniform runs, None without any."""
+    steps = [st for k, r in runs.items() if groups.get(k, k) == "uniform" for st in _with_tokens(r["steps"], responses)]
+    gen = sum(agg._num(s, "speed/tokens_generated") for s in steps)
+    trained = sum(agg._num(s, "speed/tokens_trained") for s in steps)
+    train_s = sum(agg._num(s, "timing/ppo_train") for s in steps)
+    if not steps or not gen or not trained or not train_s:
+        return None
+    return {"ratio": agg.cost_ratio(gen / len(steps), trained / len(steps)), "s_per_train_token": train_s / trained,
+            "gen_over_train": agg.GEN_OVER_TRAIN}
+
+
+def per_run(runs: dict, groups: dict, target: Optional[float], responses: int) -> tuple[dict, Optional[dict]]:
+    """({run key: interpolated and grid time/step to target, projected clocks, mechanism}, cost model)."""
+    model = _cost_model(runs, groups, responses)
+    rows = {}
+    for key, run in runs.items():
+        steps = _with_tokens(run["steps"], responses)
+        t, step = agg.interpolate_to_target(run["evals"], target) if target is not None else (None, None)
+        row = {"curriculum": groups.get(key, key), "time_to_target_interp_s": t, "steps_to_target_interp": step,
+               **agg.mechanism(steps)}
+        if model:
+            clock = agg.projected_clock(steps, model["ratio"], model["s_per_train_token"])
+            row.update(projected_total_s=clock[-1], projected_time_to_target_s=agg.clock_at_step(clock, step))
+        rows[key] = row
+    return rows, model
+
+
+def intervals(rows: dict, key: str) -> dict:
+    """{'ours_over_base': {'point', 'low', 'high', 'verdict'} or {'verdict': why}} for the time field key."""
+    by = {}
+    for r in rows.values():
+        by.setdefault(r["curriculum"], []).append(r.get(key))
+    out = {}
+    for ours in (c for c in OURS if c in by):
+        for base in (b for b in BASELINES if b in by):
+            ci = agg.bootstrap_ratio(by[base], by[ours])
+            out[f"{ours}_over_{base}"] = ({"point": ci[0], "low": ci[1], "high": ci[2], "verdict": agg.resolution(ci)}
+                                         if ci else {"verdict": "not measured (a run did not reach the target)"})
+    return out
+
+
+def build(runs: dict, groups: dict, target: Optional[float], settings: Optional[dict]) -> dict:
+    """The evidence section of results.json."""
+    s = settings or {}
+    responses = int(s.get("batch", 0) or 0) * int(s.get("n", 0) or 0)
+    rows, model = per_run(runs, groups, target, responses)
+    return {"runs": rows, "cost_model": model,
+            "intervals_measured": intervals(rows, "time_to_target_interp_s"),
+            "intervals_projected": intervals(rows, "projected_time_to_target_s") if model else {},
+            "bootstrap": {"reps": agg.B_REPS, "seed": agg.B_SEED, "level": 0.95}}
+
+
+def _cell(ci: dict) -> str:
+    if "point" not in ci:
+        return ci["verdict"]
+    return f"{ci['point']:.2f}x [{ci['low']:.2f}-{ci['high']:.2f}] {ci['verdict']}"
+
+
+def _f(x, spec: str) -> str:
+    return "-" if x is None or agg.is_nan(x) else format(x, spec)
+
+
+def markdown(ev: dict) -> list:
+    """Lines of the report: intervals, then one row per run with the mechanism and projection."""
+    lines = ["", "speedup, interpolated training clock to target, bootstrap 95% interval "
+             f"({ev['bootstrap']['reps']} resamples of each curriculum's runs, seed {ev['bootstrap']['seed']}):"]
+    lines += [f"- {k}: measured {_cell(v)}" + (f"; GPU projection {_cell(ev['intervals_projected'][k])}"
+                                               if k in ev["intervals_projected"] else "")
+              for k, v in ev["intervals_measured"].items()] or ["- none (needs speed/greso/speed_bayes and a baseline)"]
+    m = ev["cost_model"]
+    if m:
+        lines += ["", f"GPU projection (a model, not a measurement): a run's clock = {m['s_per_train_token']:.3g} s x "
+                  f"(trained tokens + {m['ratio']:.2f} x generated tokens), the ratio set so that uniform's generation "
+                  f"costs {m['gen_over_train']:g}x its training per step (paper Fig. 2, right)"]
+    lines += ["", "| run | curriculum | time to target interp (grid in the table above) | steps to target | "
+              "projected time to target | tokens/step screen/continue/full/discarded | qualification | "
+              "zero-variance share | grad norm | trained acc | gen tok/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, r in ev["runs"].items():
+        tok = "/".join(_f(r.get(f"tokens_per_step_{p}"), ".0f") for p in ("screen", "continue", "full", "discarded"))
+        lines.append(f"| {key} | {r['curriculum']} | {_f(r['time_to_target_interp_s'], '.1f')} s | "
+                     f"{_f(r['steps_to_target_interp'], '.1f')} | {_f(r.get('projected_time_to_target_s'), '.1f')} s | "
+                     f"{tok} | {_f(r.get('qualification_rate'), '.2f')} | {_f(r.get('zero_variance_share'), '.2f')} | "
+                     f"{_f(r.get('grad_norm_mean'), '.3f')} | {_f(r.get('trained_accuracy_mean'), '.3f')} | "
+                     f"{_f(r.get('generation_tokens_per_s'), '.0f')} |")
+    return lines

@@ -1,0 +1,145 @@
+"""The benchmark's evidence, by hand-computed cases: time to target between evaluations, the
+bootstrap interval of a speedup and its verdict, the GPU projection's arithmetic, the mechanism
+columns and their rendering in the report."""
+
+import pytest
+
+from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import evidence as ev
+from openrlhf_speed.bench import report as rep
+
+
+def _evals(*points):
+    return [{"step": s, "train_wall_s": t, "eval_accuracy": a, "eval_num_samples": 100} for s, t, a in points]
+
+
+def test_interpolation_reads_the_clock_where_the_line_crosses_the_target():
+    evals = _evals((0, 0.0, 0.4), (2, 10.0, 0.5), (4, 20.0, 0.7))
+    # 0.6 lies halfway from 0.5 (step 2, 10 s) to 0.7 (step 4, 20 s); the grid would say 20 s.
+    assert agg.interpolate_to_target(evals, 0.6) == pytest.approx((15.0, 3.0))
+    assert agg.interpolate_to_target(evals, 0.7) == pytest.approx((20.0, 4.0))
+    assert agg.interpolate_to_target(evals, 0.4) == (0.0, 0.0)  # the start already reaches it
+    assert agg.interpolate_to_target(evals, 0.8) == (None, None)
+    assert agg.interpolate_to_target(list(reversed(evals)), 0.6) == pytest.approx((15.0, 3.0))  # order-free
+
+
+def test_bootstrap_interval_and_verdicts():
+    assert agg.bootstrap_ratio([10.0, 10.0], [5.0, 5.0]) == pytest.approx((2.0, 2.0, 2.0))
+    assert agg.resolution(agg.bootstrap_ratio([10.0, 10.0], [5.0, 5.0])) == "faster"
+    # Means of two resampled runs are 10, 15 or 20 s: ratios from 0.5 to 2, so 1 is inside.
+    ci = agg.bootstrap_ratio([10.0, 20.0], [10.0, 20.0])
+    assert ci[0] == 1.0 and 0.5 <= ci[1] < 1.0 < ci[2] <= 2.0
+    assert agg.resolution(ci) == "not resolved"
+    assert agg.bootstrap_ratio([10.0, 20.0], [10.0, 20.0]) == ci  # fixed RNG seed: reproducible
+    assert agg.resolution((0.9, 0.8, 0.95)) == "slower"
+    assert agg.bootstrap_ratio([10.0, None], [5.0]) is None and agg.resolution(None) == "not measured"
+    assert agg._percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+
+
+def test_projection_prices_tokens_so_uniform_generation_is_twice_its_training():
+    assert agg.cost_ratio(100.0, 100.0) == 2.0  # uniform trains on what it generates
+    assert agg.cost_ratio(200.0, 100.0) == 1.0
+    steps = [{"speed/tokens_generated": 100, "speed/tokens_trained": 50},
+             {"speed/tokens_generated": 0, "speed/tokens_trained": 50}]
+    clock = agg.projected_clock(steps, ratio=2.0, s_per_train_token=0.1)
+    assert clock == pytest.approx([0.0, 25.0, 30.0])  # 0.1 x (50 + 2 x 100), then 0.1 x 50
+    assert agg.clock_at_step(clock, 1.5) == pytest.approx(27.5)
+    assert agg.clock_at_step(clock, 7.0) == 30.0 and agg.clock_at_step(clock, None) is None
+
+
+def test_mechanism_columns_from_step_records():
+    steps = [{"speed/tokens_screen": 40, "speed/tokens_continue": 60, "speed/tokens_full": 0,
+              "speed/tokens_discarded": 20, "speed/tokens_generated": 100, "speed/tokens_trained": 80,
+              "speed/useful_token_share": 0.6, "speed/prompts_screened": 8, "speed/prompts_qualified": 2,
+              "actor_grad_norm": 1.0, "speed/accuracy": 0.5, "timing/generation": 2.0},
+             {"speed/tokens_screen": 20, "speed/tokens_continue": 40, "speed/tokens_full": 0,
+              "speed/tokens_discarded": 0, "speed/tokens_generated": 60, "speed/tokens_trained": 80,
+              "speed/useful_token_share": 0.5, "speed/prompts_screened": 2, "speed/prompts_qualified": 2,
+              "actor_grad_norm": 3.0, "speed/accuracy": 0.3, "timing/generation": 2.0}]
+    m = agg.mechanism(steps)
+    assert (m["tokens_per_step_screen"], m["tokens_per_step_continue"], m["tokens_per_step_discarded"]) == (30, 50, 10)
+    assert m["qualification_rate"] == pytest.approx(0.4)  # 4 of 10 screened
+    # useful tokens 0.6 x 100 + 0.5 x 60 = 90 of 160 trained: 70 in groups without a gradient
+    assert m["zero_variance_share"] == pytest.approx(70 / 160)
+    assert m["grad_norm_mean"] == 2.0 and m["trained_accuracy_mean"] == pytest.approx(0.4)
+    assert m["generation_tokens_per_s"] == pytest.approx(40.0)
+    off = agg.mechanism([{"rollout/reward_mean": 0.25, "actor_grad_norm": 1.0}])
+    assert off["trained_accuracy_mean"] == 0.25 and off["qualification_rate"] != off["qualification_rate"]  # NaN
+
+
+def _run(times, accs, gen, trained, train_s=1.0, driver=True):
+    evals = _evals(*[(2 * i, t, a) for i, (t, a) in enumerate(zip(times, accs))])
+    step = {"speed/tokens_generated": gen, "speed/tokens_trained": trained, "timing/ppo_train": train_s,
+            "actor_grad_norm": 1.0, "timing/generation": 1.0, "train_wall_s": times[-1]}
+    if not driver:  # `off`: OpenRLHF's own generation logs a response length, not driver token counts
+        step = {"rollout/response_length_mean": gen / 4, "timing/ppo_train": train_s, "actor_grad_norm": 1.0,
+                "rollout/reward_mean": 0.5, "train_wall_s": times[-1]}
+    return {"steps": [dict(step) for _ in range(4)], "evals": evals}
+
+
+def test_report_renders_intervals_projection_mechanism_and_start_model(monkeypatch):
+    runs = {"off-r1": _run([0, 10, 20], [0.4, 0.5, 0.7], 100, 100, driver=False),
+            "off-r2": _run([0, 10, 20], [0.4, 0.5, 0.7], 100, 100, driver=False),
+            "uniform-r1": _run([0, 10, 20], [0.4, 0.5, 0.7], 100, 100),
+            "uniform-r2": _run([0, 12, 24], [0.4, 0.5, 0.7], 100, 100),
+            "speed-r1": _run([0, 5, 10], [0.4, 0.6, 0.7], 160, 100),
+            "speed-r2": _run([0, 6, 12], [0.4, 0.6, 0.7], 160, 100)}
+    groups = {k: k.split("-")[0] for k in runs}
+    report = rep.build_report(runs, 0.6, {"batch": 2, "n": 2}, groups=groups)
+    e = report["evidence"]
+    assert e["runs"]["uniform-r1"]["time_to_target_interp_s"] == pytest.approx(15.0)
+    assert e["runs"]["speed-r1"]["time_to_target_interp_s"] == pytest.approx(5.0)
+    # speed 5 and 6 s against uniform 15 and 18 s: every resample's ratio is 2.5 to 3.6.
+    ci = e["intervals_measured"]["speed_over_uniform"]
+    assert ci["point"] == pytest.approx(16.5 / 5.5) and ci["low"] >= 2.5 and ci["verdict"] == "faster"
+    # Cost model from uniform: ratio 2 x 100 / 100, 1 s of training over 100 trained tokens.
+    assert e["cost_model"]["ratio"] == pytest.approx(2.0) and e["cost_model"]["s_per_train_token"] == 0.01
+    # off: 25 tokens x 4 responses a step = 100 generated and trained; the target at step 3 of 4
+    assert e["runs"]["off-r1"]["projected_time_to_target_s"] == pytest.approx(3 * 0.01 * (100 + 200))
+    # speed: 0.01 x (100 + 2 x 160) = 4.2 s a step, target at step 2
+    assert e["runs"]["speed-r1"]["projected_time_to_target_s"] == pytest.approx(2 * 4.2)
+    assert e["intervals_projected"]["speed_over_off"]["point"] == pytest.approx(9.0 / 8.4)
+    monkeypatch.setattr(rep, "start_model", lambda model: "start model: sha256 abc")
+    report["start_model"] = rep.start_model("proving")
+    text = rep.table_markdown(report)
+    assert text.startswith("start model: sha256 abc")
+    assert "- speed_over_uniform: measured 3.00x [" in text and "] faster; GPU projection " in text
+    assert "GPU projection (a model, not a measurement)" in text
+    assert "| speed-r1 | speed | 5.0 s | 2.0 | 8.4 s |" in text
+
+
+def test_not_resolved_is_printed_when_the_interval_holds_one():
+    runs = {"uniform-r1": _run([0, 10, 20], [0.4, 0.5, 0.7], 100, 100),
+            "uniform-r2": _run([0, 20, 40], [0.4, 0.5, 0.7], 100, 100),
+            "speed-r1": _run([0, 10, 20], [0.4, 0.5, 0.7], 100, 100),
+            "speed-r2": _run([0, 20, 40], [0.4, 0.5, 0.7], 100, 100)}
+    report = rep.build_report(runs, 0.6, {"batch": 2, "n": 2}, groups={k: k.split("-")[0] for k in runs})
+    assert "- speed_over_uniform: measured 1.00x [" in rep.table_markdown(report)
+    assert report["evidence"]["intervals_measured"]["speed_over_uniform"]["verdict"] == "not resolved"
+    assert ev.intervals({"a": {"curriculum": "speed", "t": None}, "b": {"curriculum": "dapo", "t": 3.0}}, "t") == {
+        "speed_over_dapo": {"verdict": "not measured (a run did not reach the target)"}}
+
+
+def test_curriculum_with_n_init_and_off_command(tmp_path):
+    from openrlhf_speed.bench import run as bench_run
+
+    assert bench_run.parse_curriculum("speed@8", 4) == ("speed", 8)
+    assert bench_run.parse_curriculum("off", 4) == ("off", 4)
+    with pytest.raises(SystemExit, match="name@K"):
+        bench_run.parse_curriculum("speed@x", 4)
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(f'{{"prompt": "{i}+1", "answer": "{i + 1}"}}\n' for i in range(5)))
+    args = bench_run.build_parser().parse_args(["--mode", "proving", "--model", "proving-ci"])
+    s = bench_run._settings(args)
+    (tmp_path / "off").mkdir()
+    cmd = bench_run.train_command("off", s, args, str(train), "test.jsonl", str(tmp_path / "off"))
+    flag = lambda f: cmd[cmd.index(f) + 1]
+    # stock OpenRLHF: no --train.max_steps (it refuses it); 30 steps x 16 prompts, cycling the 5 rows, one epoch
+    assert "--train.max_steps" not in cmd and flag("--train.num_episodes") == "1" and flag("--speed.strategy") == "off"
+    rows = open(flag("--data.prompt_dataset")).read().splitlines()
+    assert len(rows) == 30 * 16 and rows[5] == rows[0]
+    assert "--speed.max_inflight_prompts" not in cmd and "--speed.n_init" not in cmd
+    cmd = bench_run.train_command("speed@8", s, args, str(train), "test.jsonl", str(tmp_path / "off"))
+    flag = lambda f: cmd[cmd.index(f) + 1]
+    assert (flag("--speed.strategy"), flag("--speed.n_init"), flag("--speed.max_inflight_prompts")) == ("speed", "8", "64")
+    assert flag("--train.max_steps") == "30"
