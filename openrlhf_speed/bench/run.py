@@ -167,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"only the driver measurement (--driver_steps, default {DRIVER_STEPS} here): no curricula, no "
                    "engine run, no report; driver.json and its line")
     p.add_argument("--report_only", action="store_true", help="rebuild the report from an existing --out folder")
+    p.add_argument("--publish", default=None,
+                   help="also copy results.json, summary.md and accuracy.png into this folder (e.g. docs/): the "
+                   "committed figures, without the run folders")
     p.add_argument("train_args", nargs=argparse.REMAINDER,
                    help="after '--': flags passed to every `openrlhf-speed train` run unchanged")
     return p
@@ -514,6 +517,12 @@ def main(argv=None) -> int:
     report.update(command=meta["command"], versions=meta["versions"], settings=meta["settings"],
                   start_model=rep.start_model(meta.get("model")))
     paths = rep.write_all(out, runs, report)
+    if args.publish:
+        import shutil
+
+        os.makedirs(args.publish, exist_ok=True)
+        for key in ("json", "md", "png"):
+            shutil.copy(paths[key], os.path.join(args.publish, os.path.basename(paths[key])))
     print(rep.table_markdown(report), flush=True)
     print(f"[bench] wrote {', '.join(paths.values())}", flush=True)
     return 0
