@@ -196,6 +196,8 @@ def make_trainer_class(upstream_actor_class):
             def capture(**kwargs):  # keeps the samples so the overall accuracy needs no second pass
                 # Upstream sends the held-out prompts in chunks of --rollout.batch_size and waits
                 # for each; one chunk of every prompt keeps the engines full (seconds, not a minute).
+                # The SPEED driver read --rollout.batch_size once, at its start (speed_config), and
+                # evaluation runs between steps, so the brief change reaches nothing else.
                 rollout = self.samples_generator.args.rollout
                 chunk = rollout.batch_size
                 rollout.batch_size = max(chunk, len(self.eval_dataloader.dataset))
