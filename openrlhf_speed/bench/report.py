@@ -7,8 +7,10 @@ benchmark folder (`openrlhf-speed bench --report_only DIR`) without training aga
 Definitions:
 - accuracy: `eval_accuracy`, mean reward over all held-out samples (pass@1);
 - time: `train_wall_s`, the training clock without evaluation and checkpointing;
-- time to target: the clock at the first evaluation whose accuracy >= target (no
-  interpolation between evaluations, so it is an upper bound by at most one eval period);
+- time to target: in the main table, the clock at the first evaluation whose accuracy >=
+  target (the grid figure, an upper bound by at most one eval period); in the evidence
+  section (evidence.py), read where the line between two evaluations crosses the target,
+  with bootstrap intervals of the speedups, the mechanism per run and the GPU projection;
 - target "auto": the highest accuracy every run reached, i.e. the minimum over runs of
   their best evaluation after step 0, so every run gets a time; target "rule"
   (`--target_rule uniform_gain:F`, fixed before the runs): step-0 accuracy + F x the
