@@ -27,12 +27,13 @@ check-gpu-resolve:
 train: setup
 	bash examples/scripts/train_speed_rloo_smollm2_cpu.sh
 
-# The proving-ground model: built once into the cache, then its time-to-accuracy benchmark.
+# The proving-ground model ships with the package; `proving` rebuilds it and compares with the shipped one.
 proving: setup
 	$(VENV)/bin/openrlhf-speed proving-ground build
 
+# The proving benchmark; --publish copies results.json, summary.md and accuracy.png into docs/.
 bench-proving: setup
-	$(VENV)/bin/openrlhf-speed bench --mode proving
+	$(VENV)/bin/openrlhf-speed bench --mode proving --out runs/bench_proving --publish docs
 
 # Default test run: unit + property tests and the short CPU end-to-end runs (slow marker).
 test: setup
