@@ -32,8 +32,10 @@ proving: setup
 	$(VENV)/bin/openrlhf-speed proving-ground build
 
 # The proving benchmark; --publish copies results.json, summary.md and accuracy.png into docs/.
+# BENCH_ARGS adds flags: `make bench-proving BENCH_ARGS=--resume` goes on with a stopped one.
+BENCH_ARGS ?=
 bench-proving: setup
-	$(VENV)/bin/openrlhf-speed bench --mode proving --out runs/bench_proving --publish docs
+	$(VENV)/bin/openrlhf-speed bench --mode proving --out runs/bench_proving --publish docs $(BENCH_ARGS)
 
 # Default test run: unit + property tests and the short CPU end-to-end runs (slow marker).
 test: setup

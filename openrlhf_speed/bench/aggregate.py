@@ -9,9 +9,10 @@ target: a mean over the runs that reached it would hide the ones that did not, s
 mean time is only given when every run reached it ("1/2 reached" otherwise).
 
 Standard errors of a mean over R runs of different seeds combine as independent
-estimates: sqrt(sum se^2) / R. The step-0 evaluations of different curricula are not
-independent (the same model, prompts and seed when R == 1), so the target rule counts the
-start's error over the R seeds only, not over every run: the conservative choice.
+estimates: sqrt(sum se^2) / R. The step-0 evaluations of all runs measure one start model
+(their samples differ: vLLM's async engine batches by arrival, so one seed does not fix the
+draws); the target rule still counts the start's error over the R seeds only, not over
+every run: the conservative choice.
 
 Pure functions of run summaries (report.run_summary), so they are tested without training.
 """
@@ -305,8 +306,10 @@ def mechanism(steps: list) -> dict:
     gen_tokens = sum(_num(s, "speed/tokens_generated") for s in steps)
     # Token-weighted: the trained tokens of groups whose rewards are all equal (no gradient),
     # from the useful-token share the driver logs (useful / generated) and the trained tokens.
-    useful = sum(_num(s, "speed/useful_token_share") * _num(s, "speed/tokens_generated") for s in steps)
-    trained = per_step["trained"] * n
+    # Steps that log no share (`off` before it did) are left out, not counted as all-zero.
+    shared = [s for s in steps if s.get("speed/useful_token_share") is not None]
+    useful = sum(_num(s, "speed/useful_token_share") * _num(s, "speed/tokens_generated") for s in shared)
+    trained = sum(_num(s, "speed/tokens_trained") for s in shared)
     grads = [s["actor_grad_norm"] for s in steps if s.get("actor_grad_norm") is not None
              and not is_nan(s["actor_grad_norm"])]
     acc = []

@@ -24,13 +24,13 @@ BASELINES = ("off", "uniform", "dapo")
 
 
 def _with_tokens(steps: list, responses: int) -> list:
-    """Step records with speed/tokens_generated and _trained, filled in for `off` runs from
-    OpenRLHF's mean response length x the step's responses."""
+    """Step records with speed/tokens_generated, _full and _trained, filled in for `off` runs
+    from OpenRLHF's mean response length x the step's responses (every one is a full group)."""
     out = []
     for st in steps:
-        if "speed/tokens_generated" not in st and "rollout/response_length_mean" in st:
+        if "speed/tokens_generated" not in st and "rollout/response_length_mean" in st and responses:
             tokens = float(st["rollout/response_length_mean"]) * responses
-            st = {**st, "speed/tokens_generated": tokens, "speed/tokens_trained": tokens}
+            st = {**st, "speed/tokens_generated": tokens, "speed/tokens_full": tokens, "speed/tokens_trained": tokens}
         out.append(st)
     return out
 

@@ -142,6 +142,10 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
     if target is not None and rule is not None:
         raise ValueError("--target and --target_rule both given: a fixed target or a rule, not both")
     groups = {key: (groups or {}).get(key, key) for key in runs}
+    # `off` logs no driver token counts: fill them in so its table row and projection count
+    # what it generated (B x N responses a step).
+    responses = int((settings or {}).get("batch", 0) or 0) * int((settings or {}).get("n", 0) or 0)
+    runs = {key: {**run, "steps": ev._with_tokens(run["steps"], responses)} for key, run in runs.items()}
     auto = auto_target(runs) if target is None and rule is None else None
     rule_info = None
     if rule is not None:

@@ -15,15 +15,16 @@ After the runs, the engine's own throughput on the same kind of requests is meas
 `openrlhf-speed evaluate` (all requests submitted at once: the engine's limit).
 
 The SPEED driver against raw vLLM on the same requests (`--driver_steps K`, on by default in
-the `proving` mode with K = 8, `--driver_only` for it alone): K steps of the `speed` run's own
+the `proving` mode with K = 16, `--driver_only` for it alone): K steps of the `speed` run's own
 command with `--train.generation_only`, then the requests its trace recorded replayed on raw
 vLLM (driver.py); driver.json and one line of summary.md. Off (0) in the other modes: it
 costs one more start-up, K steps and a replay.
 
 Several seeds (`--runs R`): each curriculum runs R times with `--train.seed` = `--seed`,
 `--seed`+1, ...; everything else is identical. The vLLM engines' sampling seed is
-`--train.seed` (+ the engine's index), so every curriculum's run of one seed makes the
-same step-0 evaluation (same weights, prompts and sampler state). The report gives each curriculum's mean,
+`--train.seed` (+ the engine's index), but the step-0 evaluations of one seed still differ:
+the async engine batches requests as they arrive, so the shared sampler's draws follow
+timing (docs/benchmarks.md, Statistics). The report gives each curriculum's mean,
 its spread and how many runs reached the target (aggregate.py). The target is fixed
 (`--target X`), the best accuracy every run reached (default), or a rule fixed before the
 runs (`--target_rule uniform_gain:F`: step-0 accuracy + F x the uniform runs' gain).
@@ -53,6 +54,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,6 +63,7 @@ import time
 from openrlhf_speed.bench import aggregate as agg
 from openrlhf_speed.bench import driver as drv
 from openrlhf_speed.bench import report as rep
+from openrlhf_speed.bench.commands import parse_curriculum, train_command, warmup_ratio  # noqa: F401 (API)
 
 # B prompts x N responses, response limit, steps, eval period, held-out prompts x samples;
 # the training sizes (train_batch, micro, train_micro: None means B x N, min(B x N, 16),
@@ -78,7 +81,7 @@ PRESETS = {
     "full": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=16, eval_every=4, eval_prompts=64, eval_k=2,
                  n_train=1000, lr=1e-5),
     # The paper's §5.1 where the proving ground allows: N = 24 responses, N_init 4 (speed@8 is
-    # the N_init 8 row), 16 prompts a step, SPEED's generation batch 64 prompts (GEN_PROMPTS),
+    # the N_init 8 row), 16 prompts a step, SPEED's generation batch 64 prompts (commands.GEN_PROMPTS),
     # a linear lr warm-up of 10 steps, held-out accuracy with evaluation and checkpoints off the
     # clock. Departures, each for a reason:
     # - 30 steps of 16 prompts (480 prompts, the RL split's size at one epoch), not the
@@ -112,12 +115,6 @@ MODE_DEFAULTS = {
 }
 DEFAULTS = dict(model="default", runs=1, target_rule=None, driver_steps=0, skip_engine=False,
                 curricula="uniform,dapo,speed")
-# SPEED's generation batch (the paper's 64 prompts): prompts in flight on the engines at once.
-GEN_PROMPTS = {"proving": 64}
-
-CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--speed.strategy", "dapo"]}
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="openrlhf-speed bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -167,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"only the driver measurement (--driver_steps, default {DRIVER_STEPS} here): no curricula, no "
                    "engine run, no report; driver.json and its line")
     p.add_argument("--report_only", action="store_true", help="rebuild the report from an existing --out folder")
+    p.add_argument("--resume", action="store_true",
+                   help="go on with an interrupted benchmark in --out: runs that finished are kept, the others run "
+                   "again from their start; the settings, plan and target must be those of its bench.json")
     p.add_argument("--publish", default=None,
                    help="also copy results.json, summary.md and accuracy.png into this folder (e.g. docs/): the "
                    "committed figures, without the run folders")
@@ -197,15 +197,6 @@ def _settings(args) -> dict:
     if s["warmup"] < 0:
         raise SystemExit(f"openrlhf-speed bench: error: --warmup {s['warmup']}: need 0 or more optimizer steps")
     return s
-
-
-def warmup_ratio(s: dict, epochs: int, train_rows: int) -> float:
-    """--actor.lr_warmup_ratio giving s['warmup'] >= 1 optimizer steps. OpenRLHF takes the
-    warm-up as a ratio of the schedule length it computes from the data (rows x N // train
-    batch x episodes x epochs, ppo_trainer.prepare_datasets), not from --train.max_steps; the
-    - 0.5 keeps ceil(length x ratio) on the step count despite rounding (as recipe_lib.sh does)."""
-    length = train_rows * s["n"] // s["train_batch"] * epochs
-    return 1.0 if length <= s["warmup"] else (s["warmup"] - 0.5) / length
 
 
 def resolve_mode(args):
@@ -247,18 +238,6 @@ def _subset(src: str, dst: str, n: int) -> str:
     return dst
 
 
-def _cycled(src: str, dst: str, n: int) -> str:
-    """n rows of src in order, starting over at its end (a second epoch) when it has fewer:
-    `off` then trains on the prompts the driver's curricula would see, for the same steps."""
-    with open(src) as f:
-        rows = [line if line.endswith("\n") else line + "\n" for line in f if line.strip()]
-    if not rows:
-        raise SystemExit(f"openrlhf-speed bench: error: the training prompts {src} are empty")
-    with open(dst, "w") as f:
-        f.writelines(rows[i % len(rows)] for i in range(n))
-    return dst
-
-
 def _data(args, s: dict, out: str) -> tuple[str, str]:
     """(train jsonl, held-out subset jsonl): the flags' files, else the proving ground's own
     RL prompts for its models (they know no other prompt format), else the embedded data."""
@@ -277,74 +256,6 @@ def _data(args, s: dict, out: str) -> tuple[str, str]:
         if not os.path.isfile(path):
             raise SystemExit(f"openrlhf-speed bench: error: {flag} {path} does not exist")
     return train, _subset(test, os.path.join(out, "eval_prompts.jsonl"), s["eval_prompts"])
-
-
-def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str, seed: int | None = None) -> list:
-    """One `openrlhf-speed train` run of curriculum `name`; seed: --train.seed (default --seed)."""
-    seed = args.seed if seed is None else seed
-    strategy, n_init = parse_curriculum(name, s["n_init"])
-    if strategy == "off":  # stock OpenRLHF refuses --train.max_steps: its prompts and one epoch set the steps
-        train = _cycled(train, os.path.join(run_dir, "train_prompts.jsonl"), s["steps"] * s["batch"])
-        length = ["--train.num_episodes", "1"]
-    else:
-        length = ["--train.max_steps", str(s["steps"]), "--train.num_episodes", str(args.epochs)]
-    cmd = [
-        sys.executable, "-m", "openrlhf_speed.cli.main", "train",
-        "--actor.model_name_or_path", args.model,
-        "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1",
-        "--vllm.num_engines", str(args.vllm_engines), "--vllm.enforce_eager",
-        "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
-        "--rollout.batch_size", str(s["batch"]), "--rollout.n_samples_per_prompt", str(s["n"]),
-        "--rollout.micro_batch_size", str(s["micro"]), "--train.batch_size", str(s["train_batch"]),
-        "--train.micro_batch_size", str(s["train_micro"]), *length,
-        "--rollout.max_new_tokens", str(s["max_new_tokens"]), "--data.max_len", str(512 + s["max_new_tokens"]),
-        "--rollout.temperature", "1.0", "--train.seed", str(seed),
-        "--actor.adam.lr", str(s["lr"]), *_lr_schedule(s, 1 if strategy == "off" else args.epochs, train),
-        "--data.prompt_dataset", train, "--data.input_key", "prompt", "--data.label_key", "answer",
-        "--data.apply_chat_template",
-        "--eval.dataset", test, "--eval.steps", str(s["eval_every"]), "--eval.at_start",
-        "--eval.n_samples_per_prompt", str(s["eval_k"]), "--eval.temperature", "1.0",
-        "--ckpt.path", os.path.join(run_dir, "ckpt"), "--ckpt.output_dir", os.path.join(run_dir, "final"),
-        "--ckpt.save_steps", str(10 ** 9),  # checkpoints are not what is measured
-        "--log.jsonl", os.path.join(run_dir, "metrics.jsonl"),
-        *CURRICULUM_FLAGS.get(strategy, ["--speed.strategy", strategy]),
-    ]
-    from openrlhf_speed import proving
-    from openrlhf_speed.curriculum import STRATEGIES
-
-    if strategy in STRATEGIES and STRATEGIES[strategy].uses_n_init:
-        cmd += ["--speed.n_init", str(n_init)]
-    if strategy != "off" and GEN_PROMPTS.get(args.mode):
-        cmd += ["--speed.max_inflight_prompts", str(GEN_PROMPTS[args.mode])]
-    if proving.is_proving(args.model):
-        # float32 on every CPU: the proving model is built and its tables measured in float32,
-        # and bf16's 8-bit mantissa would change what an lr-1e-4 update does to 1.8M weights,
-        # so the figures would depend on whether the CPU has native bf16.
-        cmd += ["--ds.param_dtype", "fp32", "--vllm.dtype", "float32"]
-    return cmd + [a for a in args.train_args if a != "--"]
-
-
-def parse_curriculum(name: str, n_init: int) -> tuple[str, int]:
-    """(strategy, n_init) of a --curricula entry: 'speed' -> ('speed', preset's), 'speed@8' -> ('speed', 8)."""
-    strategy, sep, k = name.partition("@")
-    if not sep:
-        return name, n_init
-    if not k.isdigit() or int(k) < 1:
-        raise SystemExit(f"openrlhf-speed bench: error: --curricula entry {name!r}: write name@K with K >= 1 "
-                         "screening responses, e.g. speed@8")
-    return strategy, int(k)
-
-
-def _lr_schedule(s: dict, epochs: int, train: str) -> list:
-    """No warm-up by default (OpenRLHF's cosine schedule, whose length the data sets, is flat
-    over a bench's few steps); with --warmup W, a linear warm-up over W optimizer steps and
-    then the constant lr."""
-    if s["warmup"] <= 0:
-        return ["--actor.lr_warmup_ratio", "0"]
-    with open(train) as f:
-        rows = sum(1 for line in f if line.strip())
-    return ["--actor.lr_scheduler", "constant_with_warmup",
-            "--actor.lr_warmup_ratio", f"{warmup_ratio(s, epochs, rows):.10g}"]
 
 
 def _run_logged(cmd: list, log_path: str, prefix: str) -> int:
@@ -425,12 +336,18 @@ def _sigterm_as_interrupt(signum, frame):
 
 
 def _train_all(args, s: dict, plan: list, train: str, test: str, out: str) -> None:
-    """Every run of the plan, one after the other; the first failure stops the benchmark."""
+    """Every run of the plan, one after the other; the first failure stops the benchmark.
+    A run that exits 0 leaves done.json, which --resume keeps; any other run folder is
+    started over, since a run cut short has no clean place to go on from."""
     for i, r in enumerate(plan):
         run_dir = os.path.join(out, r["key"])
-        os.makedirs(run_dir, exist_ok=True)
-        if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
-            os.remove(os.path.join(run_dir, "metrics.jsonl"))  # a rerun starts a fresh log
+        done_path = os.path.join(run_dir, "done.json")
+        if args.resume and os.path.isfile(done_path):
+            print(f"[bench] ({i + 1}/{len(plan)}) {r['key']}: finished earlier, kept", flush=True)
+            continue
+        if os.path.exists(run_dir):
+            shutil.rmtree(run_dir)  # checkpoints and logs of an unfinished attempt mislead the report
+        os.makedirs(run_dir)
         which = f"{r['curriculum']}" + (f" run {r['run']}/{r['runs']}" if r["runs"] > 1 else "")
         head = f"[bench] ({i + 1}/{len(plan)}) {which}"
         t0 = time.time()
@@ -441,7 +358,26 @@ def _train_all(args, s: dict, plan: list, train: str, test: str, out: str) -> No
             raise SystemExit(f"openrlhf-speed bench: error: the {which} run failed (exit {rc}); see "
                              f"{os.path.join(run_dir, 'train.log')}. Finished runs stay in {out}; rebuild their "
                              "report with --report_only.")
+        with open(done_path, "w") as f:
+            json.dump({"wall_s": round(time.time() - t0, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
         print(f"{head}: done in {time.time() - t0:.0f}s", flush=True)
+
+
+RESUME_KEYS = ("settings", "curricula", "model", "plan", "target", "target_rule", "driver_steps", "versions")
+
+
+def _check_resumable(meta_path: str, meta: dict) -> None:
+    """--resume only goes on with the same benchmark: its runs are compared with the new ones."""
+    if not os.path.isfile(meta_path):
+        raise SystemExit(f"openrlhf-speed bench: error: --resume: {meta_path} does not exist, so there is no "
+                         "benchmark to go on with in this --out folder; run without --resume to start one")
+    with open(meta_path) as f:
+        old = json.load(f)
+    changed = [key for key in RESUME_KEYS if json.loads(json.dumps(meta.get(key))) != old.get(key)]
+    if changed:
+        raise SystemExit(f"openrlhf-speed bench: error: --resume: {', '.join(changed)} differ from {meta_path}'s "
+                         "(its runs would not compare with the new ones); pass the flags of its command: "
+                         f"{old.get('command')}, or use another --out")
 
 
 def _plan_of(meta: dict) -> list:
@@ -466,6 +402,9 @@ def main(argv=None) -> int:
     curricula = [c.strip() for c in args.curricula.split(",") if c.strip()]
     if not curricula:
         raise SystemExit("openrlhf-speed bench: error: --curricula is empty")
+    if args.resume and (args.report_only or args.driver_only or not args.out):
+        raise SystemExit("openrlhf-speed bench: error: --resume goes on with the runs of an earlier benchmark: give "
+                         "its --out folder, without --report_only or --driver_only")
     if args.target_rule is not None and "uniform" not in curricula and not args.report_only:
         raise SystemExit(f"openrlhf-speed bench: error: --target_rule {args.target_rule} measures the uniform runs' "
                          "gain: add uniform to --curricula, or pass a fixed --target")
@@ -478,14 +417,17 @@ def main(argv=None) -> int:
         train, test = _data(args, s, out)
         plan = agg.run_plan(curricula, args.runs, args.seed)
         # The target (or its rule) is recorded before any run: chosen after seeing the
-        # curves, it could be picked to favour one curriculum.
-        with open(meta_path, "w") as f:
-            json.dump({"command": shlex.join(["openrlhf-speed", "bench", *(argv or sys.argv[1:])]), "settings": s,
-                       "curricula": curricula, "model": args.model, "runs": args.runs, "seed": args.seed,
-                       "seeds": [args.seed + i for i in range(args.runs)], "plan": plan, "target": args.target,
-                       "target_rule": args.target_rule, "driver_steps": args.driver_steps,
-                       "versions": _versions(), "train_data": train,
-                       "eval_data": test}, f, indent=1)
+        # curves, it could be picked to favour one curriculum. A resumed benchmark keeps it.
+        meta = {"command": shlex.join(["openrlhf-speed", "bench", *(argv or sys.argv[1:])]), "settings": s,
+                "curricula": curricula, "model": args.model, "runs": args.runs, "seed": args.seed,
+                "seeds": [args.seed + i for i in range(args.runs)], "plan": plan, "target": args.target,
+                "target_rule": args.target_rule, "driver_steps": args.driver_steps,
+                "versions": _versions(), "train_data": train, "eval_data": test}
+        if args.resume:
+            _check_resumable(meta_path, meta)
+        else:
+            with open(meta_path, "w") as f:
+                json.dump(meta, f, indent=1)
         target = args.target_rule or (args.target if args.target is not None else "auto")
         print(f"[bench] {len(curricula)} curricula x {args.runs} run(s) x {s['steps']} steps (B={s['batch']} "
               f"N={s['n']}, eval every {s['eval_every']} on {s['eval_prompts']} prompts x {s['eval_k']}, target "

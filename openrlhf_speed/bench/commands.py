@@ -1,0 +1,101 @@
+"""The `openrlhf-speed train` command of one benchmark run: the same flags for every
+curriculum but its strategy, with `off` (stock OpenRLHF) given its steps by prompts and epochs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# SPEED's generation batch (the paper's 64 prompts): prompts in flight on the engines at once.
+GEN_PROMPTS = {"proving": 64}
+
+CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--speed.strategy", "dapo"]}
+
+
+def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str, seed: int | None = None) -> list:
+    """One `openrlhf-speed train` run of curriculum `name`; seed: --train.seed (default --seed)."""
+    seed = args.seed if seed is None else seed
+    strategy, n_init = parse_curriculum(name, s["n_init"])
+    if strategy == "off":  # stock OpenRLHF refuses --train.max_steps: its prompts and one epoch set the steps
+        train = _cycled(train, os.path.join(run_dir, "train_prompts.jsonl"), s["steps"] * s["batch"])
+        length = ["--train.num_episodes", "1"]
+    else:
+        length = ["--train.max_steps", str(s["steps"]), "--train.num_episodes", str(args.epochs)]
+    cmd = [
+        sys.executable, "-m", "openrlhf_speed.cli.main", "train",
+        "--actor.model_name_or_path", args.model,
+        "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1",
+        "--vllm.num_engines", str(args.vllm_engines), "--vllm.enforce_eager",
+        "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
+        "--rollout.batch_size", str(s["batch"]), "--rollout.n_samples_per_prompt", str(s["n"]),
+        "--rollout.micro_batch_size", str(s["micro"]), "--train.batch_size", str(s["train_batch"]),
+        "--train.micro_batch_size", str(s["train_micro"]), *length,
+        "--rollout.max_new_tokens", str(s["max_new_tokens"]), "--data.max_len", str(512 + s["max_new_tokens"]),
+        "--rollout.temperature", "1.0", "--train.seed", str(seed),
+        "--actor.adam.lr", str(s["lr"]), *_lr_schedule(s, 1 if strategy == "off" else args.epochs, train),
+        "--data.prompt_dataset", train, "--data.input_key", "prompt", "--data.label_key", "answer",
+        "--data.apply_chat_template",
+        "--eval.dataset", test, "--eval.steps", str(s["eval_every"]), "--eval.at_start",
+        "--eval.n_samples_per_prompt", str(s["eval_k"]), "--eval.temperature", "1.0",
+        "--ckpt.path", os.path.join(run_dir, "ckpt"), "--ckpt.output_dir", os.path.join(run_dir, "final"),
+        "--ckpt.save_steps", str(10 ** 9),  # checkpoints are not what is measured
+        "--log.jsonl", os.path.join(run_dir, "metrics.jsonl"),
+        *CURRICULUM_FLAGS.get(strategy, ["--speed.strategy", strategy]),
+    ]
+    from openrlhf_speed import proving
+    from openrlhf_speed.curriculum import STRATEGIES
+
+    if strategy in STRATEGIES and STRATEGIES[strategy].uses_n_init:
+        cmd += ["--speed.n_init", str(n_init)]
+    if strategy != "off" and GEN_PROMPTS.get(args.mode):
+        cmd += ["--speed.max_inflight_prompts", str(GEN_PROMPTS[args.mode])]
+    if proving.is_proving(args.model):
+        # float32 on every CPU: the proving model is built and its tables measured in float32,
+        # and bf16's 8-bit mantissa would change what an lr-1e-4 update does to 1.8M weights,
+        # so the figures would depend on whether the CPU has native bf16.
+        cmd += ["--ds.param_dtype", "fp32", "--vllm.dtype", "float32"]
+    return cmd + [a for a in args.train_args if a != "--"]
+
+
+def parse_curriculum(name: str, n_init: int) -> tuple[str, int]:
+    """(strategy, n_init) of a --curricula entry: 'speed' -> ('speed', preset's), 'speed@8' -> ('speed', 8)."""
+    strategy, sep, k = name.partition("@")
+    if not sep:
+        return name, n_init
+    if not k.isdigit() or int(k) < 1:
+        raise SystemExit(f"openrlhf-speed bench: error: --curricula entry {name!r}: write name@K with K >= 1 "
+                         "screening responses, e.g. speed@8")
+    return strategy, int(k)
+
+
+def _lr_schedule(s: dict, epochs: int, train: str) -> list:
+    """No warm-up by default (OpenRLHF's cosine schedule, whose length the data sets, is flat
+    over a bench's few steps); with --warmup W, a linear warm-up over W optimizer steps and
+    then the constant lr."""
+    if s["warmup"] <= 0:
+        return ["--actor.lr_warmup_ratio", "0"]
+    with open(train) as f:
+        rows = sum(1 for line in f if line.strip())
+    return ["--actor.lr_scheduler", "constant_with_warmup",
+            "--actor.lr_warmup_ratio", f"{warmup_ratio(s, epochs, rows):.10g}"]
+
+
+def warmup_ratio(s: dict, epochs: int, train_rows: int) -> float:
+    """--actor.lr_warmup_ratio giving s['warmup'] >= 1 optimizer steps. OpenRLHF takes the
+    warm-up as a ratio of the schedule length it computes from the data (rows x N // train
+    batch x episodes x epochs, ppo_trainer.prepare_datasets), not from --train.max_steps; the
+    - 0.5 keeps ceil(length x ratio) on the step count despite rounding (as recipe_lib.sh does)."""
+    length = train_rows * s["n"] // s["train_batch"] * epochs
+    return 1.0 if length <= s["warmup"] else (s["warmup"] - 0.5) / length
+
+
+def _cycled(src: str, dst: str, n: int) -> str:
+    """n rows of src in order, starting over at its end (a second epoch) when it has fewer:
+    `off` then trains on the prompts the driver's curricula would see, for the same steps."""
+    with open(src) as f:
+        rows = [line if line.endswith("\n") else line + "\n" for line in f if line.strip()]
+    if not rows:
+        raise SystemExit(f"openrlhf-speed bench: error: the training prompts {src} are empty")
+    with open(dst, "w") as f:
+        f.writelines(rows[i % len(rows)] for i in range(n))
+    return dst

@@ -1,0 +1,82 @@
+"""`bench --resume`: a benchmark of hours that stops part-way (a closed laptop, a job's time
+limit) goes on where it stopped. A user checks that finished runs are not trained again, that
+the unfinished one starts over from nothing, and that a resume with other settings is
+refused rather than mixed into the same table. The train subprocess is replaced by one
+that writes a run log; everything around it (plan, folders, bench.json, report) is real."""
+
+import json
+
+import pytest
+
+from openrlhf_speed.bench import run as bench_run
+
+
+def _data(tmp_path):
+    rows = [json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) for i in range(40)]
+    for name in ("train.jsonl", "test.jsonl"):
+        (tmp_path / name).write_text("\n".join(rows) + "\n")
+    return ["--prompt_data", str(tmp_path / "train.jsonl"), "--eval_data", str(tmp_path / "test.jsonl")]
+
+
+def _fake_train(trained: list, fail_on=None):
+    """A run that logs step 0 and step 1 evaluations; `fail_on` (a run folder name) exits 1."""
+    def run_logged(cmd, log_path, key):
+        trained.append(key)
+        if key == fail_on:
+            return 1
+        metrics = log_path.replace("train.log", "metrics.jsonl")
+        with open(metrics, "w") as f:
+            f.write(json.dumps({"event": "eval", "step": 0, "train_wall_s": 0.0, "eval_accuracy": 0.3}) + "\n")
+            f.write(json.dumps({"event": "step", "step": 1, "train_wall_s": 10.0}) + "\n")
+            f.write(json.dumps({"event": "eval", "step": 1, "train_wall_s": 10.0, "eval_accuracy": 0.5}) + "\n")
+        return 0
+    return run_logged
+
+
+def _argv(tmp_path, *more):
+    return ["--mode", "tiny", "--curricula", "uniform,dapo,speed", "--skip_engine", "--target", "0.4",
+            "--out", str(tmp_path / "out"), *_data(tmp_path), *more]
+
+
+def test_resume_keeps_finished_runs_and_restarts_the_cut_one(tmp_path, monkeypatch, capsys):
+    trained = []
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained, fail_on="dapo"))
+    with pytest.raises(SystemExit, match="the dapo run failed"):
+        bench_run.main(_argv(tmp_path))
+    assert trained == ["uniform", "dapo"]
+    (tmp_path / "out" / "dapo" / "stale.txt").write_text("left by the cut run")
+    meta_before = (tmp_path / "out" / "bench.json").read_text()
+
+    trained.clear()
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained))
+    assert bench_run.main(_argv(tmp_path, "--resume")) == 0
+    assert trained == ["dapo", "speed"]  # uniform finished before and is not trained again
+    printed = capsys.readouterr().out
+    assert "[bench] (1/3) uniform: finished earlier, kept" in printed
+    assert not (tmp_path / "out" / "dapo" / "stale.txt").exists()  # the cut run started over
+    assert (tmp_path / "out" / "bench.json").read_text() == meta_before  # target fixed before the first run
+    results = json.load(open(tmp_path / "out" / "results.json"))
+    assert set(results["runs"]) == {"uniform", "dapo", "speed"}
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train([]))
+    assert bench_run.main(_argv(tmp_path)) == 0
+    with pytest.raises(SystemExit, match=r"--resume: settings differ from .*bench\.json.*pass the flags of its "
+                                         r"command: openrlhf-speed bench --mode tiny"):
+        bench_run.main(_argv(tmp_path, "--resume", "--lr", "3e-4"))
+
+
+def test_resume_needs_an_earlier_benchmark(tmp_path):
+    with pytest.raises(SystemExit, match="there is no benchmark to go on with"):
+        bench_run.main(_argv(tmp_path, "--resume"))
+    with pytest.raises(SystemExit, match="give its --out folder"):
+        bench_run.main(["--mode", "tiny", "--resume"])
+
+
+def test_a_plain_rerun_into_the_same_folder_trains_everything_again(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained))
+    assert bench_run.main(_argv(tmp_path)) == 0
+    assert bench_run.main(_argv(tmp_path)) == 0
+    assert trained == ["uniform", "dapo", "speed"] * 2
