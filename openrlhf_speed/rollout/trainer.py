@@ -75,6 +75,24 @@ def _check_rewards(rollout_samples, global_step: int) -> dict:
     return counts
 
 
+def group_token_metrics(rollout_samples, n: int) -> dict:
+    """Stock OpenRLHF's step (`--speed.strategy off`) in the driver's token terms, so that the
+    benchmark compares like with like: every response is generated, full and trained, and a
+    group's tokens are useful when its N rewards are not all equal (RLOO's advantages are
+    zero otherwise). Groups are the N contiguous samples of one prompt, as OpenRLHF's
+    generator returns them; with dynamic filtering the batch need not hold whole groups, and
+    the share is left out."""
+    lengths = [float(s.response_length.sum()) for s in rollout_samples]
+    total = sum(lengths)
+    out = {"speed/tokens_generated": total, "speed/tokens_full": total, "speed/tokens_trained": total}
+    if n > 0 and total and len(lengths) % n == 0:
+        rewards = [float(s.rewards.sum()) for s in rollout_samples]
+        useful = sum(sum(lengths[g:g + n]) for g in range(0, len(lengths), n)
+                     if max(rewards[g:g + n]) != min(rewards[g:g + n]))
+        out["speed/useful_token_share"] = useful / total
+    return out
+
+
 def step_line(step: int, status: dict) -> str:
     """One console line per training step: what a user watches."""
     parts = [f"step {step}"]
@@ -233,6 +251,7 @@ def make_trainer_class(upstream_actor_class):
             status, step = super().train_step(rollout_samples, global_step)
             if not self.speed:  # SPEED reports reward/* over every scored response instead
                 status.update(reward_counts)
+                status.update(group_token_metrics(rollout_samples, self.args.rollout.n_samples_per_prompt))
             status["timing_parts/reward"] = reward_time
             status["timing_parts/drain"] = self._drain_time
             if self.speed:

@@ -65,6 +65,8 @@ def test_mechanism_columns_from_step_records():
     assert m["generation_tokens_per_s"] == pytest.approx(40.0)
     off = agg.mechanism([{"rollout/reward_mean": 0.25, "actor_grad_norm": 1.0}])
     assert off["trained_accuracy_mean"] == 0.25 and off["qualification_rate"] != off["qualification_rate"]  # NaN
+    # A log with no useful-token share says nothing about zero-variance groups: NaN, not 1.0.
+    assert agg.is_nan(off["zero_variance_share"])
 
 
 def _run(times, accs, gen, trained, train_s=1.0, driver=True):

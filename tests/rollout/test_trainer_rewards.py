@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from openrlhf_speed.rewards.guard import RewardError
-from openrlhf_speed.rollout.trainer import _check_rewards, step_line
+from openrlhf_speed.rollout.trainer import _check_rewards, group_token_metrics, step_line
 
 
 def sample(reward, **info):
@@ -32,3 +32,17 @@ def test_flags_are_counted():
 def test_step_line_shows_reward_problems_only_when_there_are_some():
     assert "reward errors" not in step_line(3, {"reward/errors": 0.0, "reward/timeouts": 0.0})
     assert "reward errors 2 timeouts 5 refused 0" in step_line(3, {"reward/errors": 2.0, "reward/timeouts": 5.0})
+
+
+def response(reward, length):
+    return SimpleNamespace(rewards=torch.tensor([reward]), response_length=torch.tensor([length]))
+
+
+def test_stock_openrlhf_step_in_the_drivers_token_terms():
+    # Two groups of N=3: the first has mixed rewards (a gradient), the second all 1 (none).
+    samples = [response(1.0, 10), response(0.0, 20), response(1.0, 30), *(response(1.0, 5) for _ in range(3))]
+    m = group_token_metrics(samples, n=3)
+    assert m["speed/tokens_generated"] == m["speed/tokens_full"] == m["speed/tokens_trained"] == 75
+    assert m["speed/useful_token_share"] == pytest.approx(60 / 75)
+    # A batch that is not whole groups (dynamic filtering) gets counts but no share.
+    assert "speed/useful_token_share" not in group_token_metrics(samples[:4], n=3)
