@@ -441,11 +441,22 @@ def main(argv=None) -> int:
     with open(meta_path) as f:
         meta = json.load(f)
     runs, groups, seeds = {}, {}, {}
-    for r in _plan_of(meta):
+    plan = _plan_of(meta)
+    # Folders written since runs leave done.json: a log without it is a run still going or cut
+    # short, whose missing evaluations would read as a miss.
+    marked = any(os.path.isfile(os.path.join(out, r["key"], "done.json")) for r in plan)
+    unfinished = []
+    for r in plan:
         path = os.path.join(out, r["key"], "metrics.jsonl")
-        if os.path.isfile(path):
-            runs[r["key"]] = rep.load_run(path)
-            groups[r["key"]], seeds[r["key"]] = r["curriculum"], r["seed"]
+        if not os.path.isfile(path):
+            continue
+        if marked and not os.path.isfile(os.path.join(out, r["key"], "done.json")):
+            unfinished.append(r["key"])
+            continue
+        runs[r["key"]] = rep.load_run(path)
+        groups[r["key"]], seeds[r["key"]] = r["curriculum"], r["seed"]
+    if unfinished:
+        print(f"[bench] left out of the report, not finished: {', '.join(unfinished)}", flush=True)
     if not runs:
         raise SystemExit(f"openrlhf-speed bench: error: no run logs (*/metrics.jsonl) in {out}")
     target, rule = _report_target(args, meta)

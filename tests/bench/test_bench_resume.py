@@ -80,3 +80,16 @@ def test_a_plain_rerun_into_the_same_folder_trains_everything_again(tmp_path, mo
     assert bench_run.main(_argv(tmp_path)) == 0
     assert bench_run.main(_argv(tmp_path)) == 0
     assert trained == ["uniform", "dapo", "speed"] * 2
+
+
+def test_report_only_leaves_out_a_run_still_going(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train([], fail_on="speed"))
+    with pytest.raises(SystemExit, match="the speed run failed"):
+        bench_run.main(_argv(tmp_path))
+    # The cut run's log holds only its step-0 evaluation, as one still training would.
+    (tmp_path / "out" / "speed" / "metrics.jsonl").write_text(
+        json.dumps({"event": "eval", "step": 0, "train_wall_s": 0.0, "eval_accuracy": 0.3}) + "\n")
+    assert bench_run.main(["--report_only", "--out", str(tmp_path / "out")]) == 0
+    assert "[bench] left out of the report, not finished: speed" in capsys.readouterr().out
+    results = json.load(open(tmp_path / "out" / "results.json"))
+    assert set(results["runs"]) == {"uniform", "dapo"}
