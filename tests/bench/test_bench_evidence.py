@@ -145,3 +145,8 @@ def test_curriculum_with_n_init_and_off_command(tmp_path):
     flag = lambda f: cmd[cmd.index(f) + 1]
     assert (flag("--speed.strategy"), flag("--speed.n_init"), flag("--speed.max_inflight_prompts")) == ("speed", "8", "64")
     assert flag("--train.max_steps") == "30"
+    # Uniform over-samples nothing: the 64-prompt window would outrun the staleness bound.
+    cmd = bench_run.train_command("uniform", s, args, str(train), "test.jsonl", str(tmp_path / "off"))
+    assert "--speed.max_inflight_prompts" not in cmd and cmd[cmd.index("--speed.strategy") + 1] == "uniform"
+    dapo = bench_run.train_command("dapo", s, args, str(train), "test.jsonl", str(tmp_path / "off"))
+    assert dapo[dapo.index("--speed.max_inflight_prompts") + 1] == "64"
