@@ -241,15 +241,13 @@ class SpeedSamplesGenerator(SamplesGenerator):
         except BaseException as e:  # noqa: BLE001 -- handed to the trainer's thread by stop_feeding
             self._feed_error = e
 
-    def drain(self, event: str = "drained") -> float:
-        """Collect every request in flight; returns seconds waited. Before a weight sync (or
-        the run's end) the trace says "drained"; before training on CPU (the trainer's
-        overlaps_generation), "drained_for_training", so a reader of the trace can tell them apart."""
+    def drain(self) -> float:
+        """Collect every request in flight (before a weight sync); returns seconds waited."""
         t0 = time.time()
         self.stop_feeding()
         while self._pending:
             self._collect(self._kwargs)
-        self._log(event, seconds=time.time() - t0)
+        self._log("drained", seconds=time.time() - t0)  # the weight sync (or the run's end) follows
         return time.time() - t0
 
     def pop_counts(self) -> dict:

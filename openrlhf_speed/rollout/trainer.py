@@ -262,7 +262,7 @@ def make_trainer_class(upstream_actor_class):
             reward_counts = {} if self.args.reward.model_name_or_path else _check_rewards(rollout_samples, global_step)
             wait = 0.0
             if self.speed and not overlaps_generation(self.args, compat.cpu_mode(worker=True)):
-                wait = self.samples_generator.drain(event="drained_for_training")  # results wait in the buffer
+                wait = self.samples_generator.drain()  # results wait in the buffer for later steps
             if self.speed and self.args.speed.feed_during_training == "on":
                 self.samples_generator.start_feeding()  # until the drain in broadcast_to_vllm
             status, step = super().train_step(rollout_samples, global_step)

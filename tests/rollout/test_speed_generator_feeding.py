@@ -118,13 +118,8 @@ def test_no_feeding_after_the_last_step(gen):
     assert gen._feeder is None
 
 
-@pytest.mark.parametrize("flag, overlap, expected", [
-    ("on", "auto", ["feed", "train", "drain", "sync"]),
-    ("off", "on", ["train", "drain", "sync"]),
-    # On CPU (or when asked) the engines finish their work before training takes the cores.
-    ("off", "off", ["drain:drained_for_training", "train", "drain", "sync"]),
-])
-def test_the_trainer_feeds_during_training_only_when_the_flag_is_on_and_drains_before_the_sync(flag, overlap, expected):
+@pytest.mark.parametrize("flag", ["on", "off"])
+def test_the_trainer_feeds_during_training_only_when_the_flag_is_on_and_drains_before_the_sync(flag):
     """rollout/trainer.py: start_feeding before OpenRLHF's train_step (experience, training,
     weight sync), drain in broadcast_to_vllm before the sync."""
     from openrlhf_speed.rollout.trainer import make_trainer_class
@@ -140,13 +135,13 @@ def test_the_trainer_feeds_during_training_only_when_the_flag_is_on_and_drains_b
         def broadcast_to_vllm(self):
             calls.append("sync")
 
-    generator = NS(start_feeding=lambda: calls.append("feed"), drain=lambda event="drained": calls.append("drain" if event == "drained" else f"drain:{event}") or 0.0,
+    generator = NS(start_feeding=lambda: calls.append("feed"), drain=lambda: calls.append("drain") or 0.0,
                    last_metrics={}, policy_version=0)
     trainer_class = make_trainer_class(NS(__ray_actor_class__=Upstream)).__ray_actor_class__
     trainer = trainer_class.__new__(trainer_class)
     trainer.args = NS(train=NS(generation_only=False), reward=NS(model_name_or_path=None),
-                      speed=NS(feed_during_training=flag, overlap_generation=overlap), check=NS(weight_sync=False))
+                      speed=NS(feed_during_training=flag), check=NS(weight_sync=False))
     trainer.speed, trainer.samples_generator, trainer.vllm_engines = True, generator, [object()]
     status, step = trainer.train_step([NS(rewards=torch.tensor([1.0]), info={})], global_step=3)
     assert step == 4 and generator.policy_version == 1
-    assert calls == expected
+    assert calls == (["feed"] if flag == "on" else []) + ["train", "drain", "sync"]
