@@ -198,12 +198,6 @@ def add_speed_arguments(parser) -> None:
                    "drain before the weight sync; for engines with devices of their own. off (default): the work in "
                    "flight when a batch is complete runs on, nothing new is sent until the next step; on CPU, where "
                    "engines and actor share the cores, 'on' measured 14%% (B=16) and 25%% (B=8) slower steps (README)")
-    g.add_argument("--speed.overlap_generation", type=str, default="auto", choices=["auto", "on", "off"],
-                   help="on: requests still in flight when a batch is complete (pre-fetched prompts, screenings) "
-                   "generate beside the step's experience and training; off: the driver waits for them first, so "
-                   "engines and trainer never compete for the same cores; auto (default): off in CPU mode, on with "
-                   "GPUs or with --speed.feed_during_training on. On 2 CPU cores 'on' made uniform 27%% slower per "
-                   "step than stock OpenRLHF on the same tokens (docs/benchmarks.md)")
     g.add_argument("--speed.trace_path", type=str, default=None,
                    help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
 
@@ -214,10 +208,6 @@ def _validate_speed(args) -> None:
     errors = generation_only_errors(args)
     if errors:
         raise FlagError("\nopenrlhf-speed train: error: ".join(errors))
-    if args.speed.overlap_generation == "off" and args.speed.feed_during_training == "on":
-        raise FlagError("--speed.overlap_generation off waits for the engines before each step's training, and "
-                        "--speed.feed_during_training on keeps them generating during it: pass one of the two "
-                        "(overlap 'auto' follows the feeding)")
     cfg = speed_config(args)
     if cfg is None:
         if args.train.max_steps is not None:

@@ -47,7 +47,6 @@ import time
 import ray
 import torch
 
-from openrlhf_speed import compat
 from openrlhf_speed.backends.fingerprints import compare
 from openrlhf_speed.rewards.guard import RewardError, invalid_reason
 from openrlhf_speed.rollout.checkpoint import atomic_save, curriculum_state_path, saved_steps
@@ -94,18 +93,6 @@ def group_token_metrics(rollout_samples, n: int) -> dict:
     return out
 
 
-def overlaps_generation(args, cpu: bool) -> bool:
-    """--speed.overlap_generation resolved: whether requests in flight at the end of a batch
-    may generate beside the step's experience and training. On CPU both sides use every core
-    (OMP_NUM_THREADS is the core count for each role), so running them together costs more
-    than running them in turn: measured on 2 cores, uniform's experience + training took 312 s
-    where stock OpenRLHF's took 163 s for the same 24 steps, against 83 s of generation saved."""
-    mode = args.speed.overlap_generation
-    if mode == "auto":
-        return args.speed.feed_during_training == "on" or not cpu
-    return mode == "on"
-
-
 def step_line(step: int, status: dict) -> str:
     """One console line per training step: what a user watches."""
     parts = [f"step {step}"]
@@ -128,7 +115,6 @@ def step_line(step: int, status: dict) -> str:
     timings = [
         ("generation", "timing/generation"),
         ("reward", "timing_parts/reward"),
-        ("wait_engines", "timing_parts/drain_before_train"),
         ("experience", "timing/make_experience"),
         ("train", "timing/ppo_train"),
         ("drain", "timing_parts/drain"),
@@ -260,9 +246,6 @@ def make_trainer_class(upstream_actor_class):
             reward_time = _reward_seconds(rollout_samples)
             # A reward model scores later, inside the experience maker: nothing to check yet.
             reward_counts = {} if self.args.reward.model_name_or_path else _check_rewards(rollout_samples, global_step)
-            wait = 0.0
-            if self.speed and not overlaps_generation(self.args, compat.cpu_mode(worker=True)):
-                wait = self.samples_generator.drain()  # results wait in the buffer for later steps
             if self.speed and self.args.speed.feed_during_training == "on":
                 self.samples_generator.start_feeding()  # until the drain in broadcast_to_vllm
             status, step = super().train_step(rollout_samples, global_step)
@@ -271,8 +254,6 @@ def make_trainer_class(upstream_actor_class):
                 status.update(group_token_metrics(rollout_samples, self.args.rollout.n_samples_per_prompt))
             status["timing_parts/reward"] = reward_time
             status["timing_parts/drain"] = self._drain_time
-            if self.speed:
-                status["timing_parts/drain_before_train"] = wait
             if self.speed:
                 status.update(self.samples_generator.last_metrics)
             if self.args.check.weight_sync and self.vllm_engines:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from openrlhf_speed.rewards.guard import RewardError
-from openrlhf_speed.rollout.trainer import _check_rewards, group_token_metrics, overlaps_generation, step_line
+from openrlhf_speed.rollout.trainer import _check_rewards, group_token_metrics, step_line
 
 
 def sample(reward, **info):
@@ -46,14 +46,3 @@ def test_stock_openrlhf_step_in_the_drivers_token_terms():
     assert m["speed/useful_token_share"] == pytest.approx(60 / 75)
     # A batch that is not whole groups (dynamic filtering) gets counts but no share.
     assert "speed/useful_token_share" not in group_token_metrics(samples[:4], n=3)
-
-
-@pytest.mark.parametrize("mode, feed, cpu, overlaps", [
-    ("auto", "off", True, False),   # CPU: engines and trainer share the cores, so they take turns
-    ("auto", "off", False, True),   # GPUs: engines have devices of their own
-    ("auto", "on", True, True),     # feeding during training is overlap by definition
-    ("on", "off", True, True), ("off", "off", False, False),
-])
-def test_overlap_generation_resolves(mode, feed, cpu, overlaps):
-    args = SimpleNamespace(speed=SimpleNamespace(overlap_generation=mode, feed_during_training=feed))
-    assert overlaps_generation(args, cpu=cpu) is overlaps
