@@ -115,6 +115,8 @@ MODE_DEFAULTS = {
 }
 DEFAULTS = dict(model="default", runs=1, target_rule=None, driver_steps=0, skip_engine=False,
                 curricula="uniform,dapo,speed")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="openrlhf-speed bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
