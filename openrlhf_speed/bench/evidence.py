@@ -20,6 +20,23 @@ from typing import Optional
 from openrlhf_speed.bench import aggregate as agg
 
 OURS = ("speed", "greso", "speed_bayes")
+# Host speed indices of the runs farther apart than this make their clocks hard to compare.
+HOST_SPREAD_WARN = 1.10
+
+
+def host_speed(evals: list) -> Optional[float]:
+    """The host's speed during a run: the median engine throughput (generated tokens per second)
+    of its held-out evaluations after the first, which pays the engine's warm-up. Every run
+    evaluates the same prompts off the clock, so this is one fixed workload measured beside
+    each run; on a shared host it measured 1.57x between two runs of one morning (median
+    evaluation 16.6 s against 26.0 s for the same 1,200 prompts and the same mean length)."""
+    rates = sorted(float(e["eval_num_samples"]) * float(e["eval_response_length_mean"]) / float(e["eval_time_s"])
+                   for e in evals[1:] if e.get("eval_time_s") and e.get("eval_num_samples")
+                   and e.get("eval_response_length_mean") is not None)
+    if not rates:
+        return None
+    mid = len(rates) // 2
+    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
 BASELINES = ("off", "uniform", "dapo")
 
 
@@ -55,7 +72,7 @@ def per_run(runs: dict, groups: dict, target: Optional[float], responses: int) -
         steps = _with_tokens(run["steps"], responses)
         t, step = agg.interpolate_to_target(run["evals"], target) if target is not None else (None, None)
         row = {"curriculum": groups.get(key, key), "time_to_target_interp_s": t, "steps_to_target_interp": step,
-               **agg.mechanism(steps)}
+               "host_eval_tok_s": host_speed(run["evals"]), **agg.mechanism(steps)}
         if model:
             clock = agg.projected_clock(steps, model["ratio"], model["s_per_train_token"])
             row.update(projected_total_s=clock[-1], projected_time_to_target_s=agg.clock_at_step(clock, step))
@@ -82,7 +99,9 @@ def build(runs: dict, groups: dict, target: Optional[float], settings: Optional[
     s = settings or {}
     responses = int(s.get("batch", 0) or 0) * int(s.get("n", 0) or 0)
     rows, model = per_run(runs, groups, target, responses)
+    hosts = [r["host_eval_tok_s"] for r in rows.values() if r.get("host_eval_tok_s")]
     return {"runs": rows, "cost_model": model,
+            "host_spread": max(hosts) / min(hosts) if hosts else None,
             "intervals_measured": intervals(rows, "time_to_target_interp_s"),
             "intervals_projected": intervals(rows, "projected_time_to_target_s") if model else {},
             "bootstrap": {"reps": agg.B_REPS, "seed": agg.B_SEED, "level": 0.95}}
@@ -110,14 +129,21 @@ def markdown(ev: dict) -> list:
         lines += ["", f"GPU projection (a model, not a measurement): a run's clock = {m['s_per_train_token']:.3g} s x "
                   f"(trained tokens + {m['ratio']:.2f} x generated tokens), the ratio set so that uniform's generation "
                   f"costs {m['gen_over_train']:g}x its training per step (paper Fig. 2, right)"]
+    spread = ev.get("host_spread")
+    if spread is not None:
+        lines += ["", f"host speed (median evaluation tok/s, the same prompts in every run): fastest run / slowest "
+                  f"{spread:.2f}" + (f", over {HOST_SPREAD_WARN:.2f}: the host's own speed moved between runs, and "
+                                     "a measured clock ratio carries it; compare steps, tokens and the projection"
+                                     if spread > HOST_SPREAD_WARN else "")]
     lines += ["", "| run | curriculum | time to target interp (grid in the table above) | steps to target | "
               "projected time to target | tokens/step screen/continue/full/discarded | qualification | "
-              "zero-variance share | grad norm | trained acc | gen tok/s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "zero-variance share | grad norm | trained acc | gen tok/s | host eval tok/s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in ev["runs"].items():
         tok = "/".join(_f(r.get(f"tokens_per_step_{p}"), ".0f") for p in ("screen", "continue", "full", "discarded"))
         lines.append(f"| {key} | {r['curriculum']} | {_f(r['time_to_target_interp_s'], '.1f')} s | "
                      f"{_f(r['steps_to_target_interp'], '.1f')} | {_f(r.get('projected_time_to_target_s'), '.1f')} s | "
                      f"{tok} | {_f(r.get('qualification_rate'), '.2f')} | {_f(r.get('zero_variance_share'), '.2f')} | "
                      f"{_f(r.get('grad_norm_mean'), '.3f')} | {_f(r.get('trained_accuracy_mean'), '.3f')} | "
-                     f"{_f(r.get('generation_tokens_per_s'), '.0f')} |")
+                     f"{_f(r.get('generation_tokens_per_s'), '.0f')} | {_f(r.get('host_eval_tok_s'), '.0f')} |")
     return lines
