@@ -306,8 +306,12 @@ def mechanism(steps: list) -> dict:
     gen_tokens = sum(_num(s, "speed/tokens_generated") for s in steps)
     # Token-weighted: the trained tokens of groups whose rewards are all equal (no gradient),
     # from the useful-token share the driver logs (useful / generated) and the trained tokens.
-    # Steps that log no share (`off` before it did) are left out, not counted as all-zero.
-    shared = [s for s in steps if s.get("speed/useful_token_share") is not None]
+    # Steps that log no share (`off` before it did) are left out, not counted as all-zero, and so
+    # are steps whose share is NaN: nothing was generated in their window (DAPO or SPEED training
+    # from the buffer), and counting their trained tokens without their useful ones read DAPO,
+    # which trains no zero-variance group, as 0.33 zero-variance.
+    shared = [s for s in steps if s.get("speed/useful_token_share") is not None
+              and not is_nan(s["speed/useful_token_share"])]
     useful = sum(_num(s, "speed/useful_token_share") * _num(s, "speed/tokens_generated") for s in shared)
     trained = sum(_num(s, "speed/tokens_trained") for s in shared)
     grads = [s["actor_grad_norm"] for s in steps if s.get("actor_grad_norm") is not None

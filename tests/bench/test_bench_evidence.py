@@ -172,3 +172,17 @@ def test_host_speed_is_the_median_evaluation_throughput_and_its_spread_is_report
     same = evidence.build({"off-r1": runs["off-r1"]}, {"off-r1": "off"}, 0.31, {"batch": 2, "n": 2})
     assert "fastest run / slowest 1.00" in "\n".join(evidence.markdown(same))
     assert "moved between runs" not in "\n".join(evidence.markdown(same))
+
+
+def test_zero_variance_share_leaves_out_steps_that_generated_nothing():
+    # DAPO: step 1 generates 20,000 tokens, trains the 10,000 of its non-constant groups; step 2
+    # trains 10,000 more from the buffer and generates nothing (share NaN). No group trained had
+    # zero variance.
+    nan = float("nan")
+    steps = [{"speed/useful_token_share": 0.5, "speed/tokens_generated": 20000.0, "speed/tokens_trained": 10000.0},
+             {"speed/useful_token_share": nan, "speed/tokens_generated": 0.0, "speed/tokens_trained": 10000.0}]
+    assert agg.mechanism(steps)["zero_variance_share"] == pytest.approx(0.0)
+    # uniform: 40% of each step's trained tokens in zero-variance groups
+    uniform = [{"speed/useful_token_share": 0.6, "speed/tokens_generated": 1000.0, "speed/tokens_trained": 1000.0}] * 3
+    assert agg.mechanism(uniform)["zero_variance_share"] == pytest.approx(0.4)
+    assert agg.is_nan(agg.mechanism([steps[1]])["zero_variance_share"])
