@@ -89,6 +89,11 @@ def intervals(rows: dict, key: str) -> dict:
     for ours in (c for c in OURS if c in by):
         for base in (b for b in BASELINES if b in by):
             ci = agg.bootstrap_ratio(by[base], by[ours])
+            few = min(len(by[base]), len(by[ours]))
+            if ci and few < 2:  # resampling one run gives a zero-width interval, which would read as resolved
+                out[f"{ours}_over_{base}"] = {"point": ci[0], "verdict": "not resolved (one run of a curriculum: an "
+                                              "interval needs 2 or more runs of each)"}
+                continue
             out[f"{ours}_over_{base}"] = ({"point": ci[0], "low": ci[1], "high": ci[2], "verdict": agg.resolution(ci)}
                                          if ci else {"verdict": "not measured (a run did not reach the target)"})
     return out
@@ -110,6 +115,8 @@ def build(runs: dict, groups: dict, target: Optional[float], settings: Optional[
 def _cell(ci: dict) -> str:
     if "point" not in ci:
         return ci["verdict"]
+    if "low" not in ci:
+        return f"{ci['point']:.2f}x, {ci['verdict']}"
     return f"{ci['point']:.2f}x [{ci['low']:.2f}-{ci['high']:.2f}] {ci['verdict']}"
 
 

@@ -186,3 +186,14 @@ def test_zero_variance_share_leaves_out_steps_that_generated_nothing():
     uniform = [{"speed/useful_token_share": 0.6, "speed/tokens_generated": 1000.0, "speed/tokens_trained": 1000.0}] * 3
     assert agg.mechanism(uniform)["zero_variance_share"] == pytest.approx(0.4)
     assert agg.is_nan(agg.mechanism([steps[1]])["zero_variance_share"])
+
+
+def test_one_run_of_a_curriculum_is_never_an_interval():
+    runs = {"uniform-r1": _run([0, 10, 20], [0.4, 0.5, 0.7], 100, 100),
+            "speed-r1": _run([0, 5, 10], [0.4, 0.6, 0.7], 160, 100),
+            "speed-r2": _run([0, 6, 12], [0.4, 0.6, 0.7], 160, 100)}
+    e = rep.build_report(runs, 0.6, {"batch": 2, "n": 2}, groups={k: k.split("-")[0] for k in runs})["evidence"]
+    ci = e["intervals_measured"]["speed_over_uniform"]
+    assert "low" not in ci and ci["point"] == pytest.approx(15.0 / 5.5)
+    assert ci["verdict"].startswith("not resolved (one run of a curriculum")
+    assert "- speed_over_uniform: measured 2.73x, not resolved (one run" in "\n".join(ev.markdown(e))
