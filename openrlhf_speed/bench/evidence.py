@@ -15,11 +15,13 @@ length x the responses of a step, all generated and all trained.
 
 from __future__ import annotations
 
+import statistics
 from typing import Optional
 
 from openrlhf_speed.bench import aggregate as agg
 
 OURS = ("speed", "greso", "speed_bayes")
+BASELINES = ("off", "uniform", "dapo")
 # Host speed indices of the runs farther apart than this make their clocks hard to compare.
 HOST_SPREAD_WARN = 1.10
 
@@ -28,16 +30,12 @@ def host_speed(evals: list) -> Optional[float]:
     """The host's speed during a run: the median engine throughput (generated tokens per second)
     of its held-out evaluations after the first, which pays the engine's warm-up. Every run
     evaluates the same prompts off the clock, so this is one fixed workload measured beside
-    each run; on a shared host it measured 1.57x between two runs of one morning (median
-    evaluation 16.6 s against 26.0 s for the same 1,200 prompts and the same mean length)."""
-    rates = sorted(float(e["eval_num_samples"]) * float(e["eval_response_length_mean"]) / float(e["eval_time_s"])
-                   for e in evals[1:] if e.get("eval_time_s") and e.get("eval_num_samples")
-                   and e.get("eval_response_length_mean") is not None)
-    if not rates:
-        return None
-    mid = len(rates) // 2
-    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
-BASELINES = ("off", "uniform", "dapo")
+    each run. On a shared host it measured 1.57x between two runs of one day, 06:40 and 10:00
+    (median evaluation 16.6 s against 26.0 s, the same 1,200 prompts and mean length)."""
+    rates = [float(e["eval_num_samples"]) * float(e["eval_response_length_mean"]) / float(e["eval_time_s"])
+             for e in evals[1:] if e.get("eval_time_s") and e.get("eval_num_samples")
+             and e.get("eval_response_length_mean") is not None]
+    return statistics.median(rates) if rates else None
 
 
 def _with_tokens(steps: list, responses: int) -> list:
