@@ -153,25 +153,23 @@ def test_curriculum_with_n_init_and_off_command(tmp_path):
 
 
 def test_host_speed_is_the_median_evaluation_throughput_and_its_spread_is_reported():
-    from openrlhf_speed.bench import evidence
-
     def evals(seconds):  # 1,200 samples of mean length 38, the first evaluation pays the warm-up
         return [{"step": 2 * i, "eval_accuracy": 0.3 + 0.01 * i, "train_wall_s": 10.0 * i, "eval_num_samples": 1200,
                  "eval_response_length_mean": 38.0, "eval_time_s": t} for i, t in enumerate(seconds)]
 
     # warm-up 40 s left out; median of 16, 17, 18 -> 1200 x 38 / 17
-    assert evidence.host_speed(evals([40.0, 16.0, 18.0, 17.0])) == pytest.approx(1200 * 38 / 17)
-    assert evidence.host_speed(evals([40.0])) is None and evidence.host_speed([]) is None
+    assert ev.host_speed(evals([40.0, 16.0, 18.0, 17.0])) == pytest.approx(1200 * 38 / 17)
+    assert ev.host_speed(evals([40.0])) is None and ev.host_speed([]) is None
     fast, slow = evals([16.0, 16.6, 16.6]), evals([39.6, 26.0, 26.0])
     runs = {"off-r1": {"steps": [], "evals": fast}, "uniform-r1": {"steps": [], "evals": slow}}
-    ev = evidence.build(runs, {"off-r1": "off", "uniform-r1": "uniform"}, 0.31, {"batch": 2, "n": 2})
-    assert ev["host_spread"] == pytest.approx(26.0 / 16.6)
-    text = "\n".join(evidence.markdown(ev))
+    built = ev.build(runs, {"off-r1": "off", "uniform-r1": "uniform"}, 0.31, {"batch": 2, "n": 2})
+    assert built["host_spread"] == pytest.approx(26.0 / 16.6)
+    text = "\n".join(ev.markdown(built))
     assert "fastest run / slowest 1.57, over 1.10: the host's own speed moved between runs" in text
     assert "| off-r1 | off |" in text and f"| {1200 * 38 / 16.6:.0f} |" in text
-    same = evidence.build({"off-r1": runs["off-r1"]}, {"off-r1": "off"}, 0.31, {"batch": 2, "n": 2})
-    assert "fastest run / slowest 1.00" in "\n".join(evidence.markdown(same))
-    assert "moved between runs" not in "\n".join(evidence.markdown(same))
+    same = ev.build({"off-r1": runs["off-r1"]}, {"off-r1": "off"}, 0.31, {"batch": 2, "n": 2})
+    assert "fastest run / slowest 1.00" in "\n".join(ev.markdown(same))
+    assert "moved between runs" not in "\n".join(ev.markdown(same))
 
 
 def test_zero_variance_share_leaves_out_steps_that_generated_nothing():
