@@ -31,8 +31,9 @@ train: setup
 proving: setup
 	$(VENV)/bin/openrlhf-speed proving-ground build
 
-# The proving benchmark; --publish copies results.json, summary.md and accuracy.png into docs/.
-# BENCH_ARGS adds flags: `make bench-proving BENCH_ARGS=--resume` goes on with a stopped one.
+# The proving benchmark; --publish copies results.json, summary.md and accuracy.png into docs/,
+# and the runs' evidence into docs/bench_proving/. BENCH_ARGS adds flags: `make bench-proving
+# BENCH_ARGS=--resume` goes on with a stopped one (on a new machine: cp -r docs/bench_proving runs/ first).
 BENCH_ARGS ?=
 bench-proving: setup
 	$(VENV)/bin/openrlhf-speed bench --mode proving --out runs/bench_proving --publish docs $(BENCH_ARGS)

@@ -62,6 +62,7 @@ import time
 
 from openrlhf_speed.bench import aggregate as agg
 from openrlhf_speed.bench import driver as drv
+from openrlhf_speed.bench import publish as pub
 from openrlhf_speed.bench import report as rep
 from openrlhf_speed.bench.commands import parse_curriculum, train_command, warmup_ratio  # noqa: F401 (API)
 
@@ -170,8 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="go on with an interrupted benchmark in --out: runs that finished are kept, the others run "
                    "again from their start; the settings, plan and target must be those of its bench.json")
     p.add_argument("--publish", default=None,
-                   help="also copy results.json, summary.md and accuracy.png into this folder (e.g. docs/): the "
-                   "committed figures, without the run folders")
+                   help="also copy results.json, summary.md and accuracy.png into this folder (e.g. docs/), and the "
+                   "evidence they come from (bench.json, each finished run's metrics.jsonl and done.json; no "
+                   "checkpoints or train.log) into its sub-folder named like --out, which --report_only reads and "
+                   "--resume goes on with on another machine of the same kind")
     p.add_argument("train_args", nargs=argparse.REMAINDER,
                    help="after '--': flags passed to every `openrlhf-speed train` run unchanged")
     return p
@@ -473,11 +476,8 @@ def main(argv=None) -> int:
                   start_model=rep.start_model(meta.get("model")))
     paths = rep.write_all(out, runs, report)
     if args.publish:
-        import shutil
-
-        os.makedirs(args.publish, exist_ok=True)
-        for key in ("json", "md", "png"):
-            shutil.copy(paths[key], os.path.join(args.publish, os.path.basename(paths[key])))
+        evidence = pub.publish(out, args.publish, [paths[k] for k in ("json", "md", "png")], list(runs))
+        print(f"[bench] published the report to {args.publish} and its evidence to {evidence}", flush=True)
     print(rep.table_markdown(report), flush=True)
     print(f"[bench] wrote {', '.join(paths.values())}", flush=True)
     return 0

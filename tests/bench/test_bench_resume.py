@@ -5,6 +5,7 @@ refused rather than mixed into the same table. The train subprocess is replaced 
 that writes a run log; everything around it (plan, folders, bench.json, report) is real."""
 
 import json
+import shutil
 
 import pytest
 
@@ -93,3 +94,42 @@ def test_report_only_leaves_out_a_run_still_going(tmp_path, monkeypatch, capsys)
     assert "[bench] left out of the report, not finished: speed" in capsys.readouterr().out
     results = json.load(open(tmp_path / "out" / "results.json"))
     assert set(results["runs"]) == {"uniform", "dapo"}
+
+
+def test_published_evidence_rebuilds_the_report_and_resumes_elsewhere(tmp_path, monkeypatch, capsys):
+    """Machines are not kept between working sessions: what --publish commits must be enough
+    to recompute the figures and to go on with the runs left, without checkpoints or logs."""
+    trained = []
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained, fail_on="speed"))
+    with pytest.raises(SystemExit, match="the speed run failed"):
+        bench_run.main(_argv(tmp_path))
+    (tmp_path / "out" / "uniform" / "ckpt").mkdir()
+    (tmp_path / "out" / "uniform" / "ckpt" / "model.pt").write_bytes(b"\0" * 1024)
+    (tmp_path / "out" / "uniform" / "train.log").write_text("many MB of engine output\n")
+    docs = tmp_path / "docs"
+    assert bench_run.main(["--report_only", "--out", str(tmp_path / "out"), "--publish", str(docs)]) == 0
+    evidence = docs / "out"
+    assert f"its evidence to {evidence}" in capsys.readouterr().out
+    assert sorted(p.name for p in docs.iterdir()) == ["accuracy.png", "out", "results.json", "summary.md"]
+    kept = sorted(str(p.relative_to(evidence)) for p in evidence.rglob("*") if p.is_file())
+    assert kept == ["bench.json", "dapo/done.json", "dapo/metrics.jsonl", "uniform/done.json",
+                    "uniform/metrics.jsonl"]  # not the unfinished speed run, no checkpoint, no train.log
+
+    # Another machine: a copy of the published folder, rebuilt, then resumed.
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(evidence, moved)
+    assert bench_run.main(["--report_only", "--out", str(moved)]) == 0
+    published, rebuilt = json.load(open(docs / "results.json")), json.load(open(moved / "results.json"))
+    assert rebuilt["summary"] == published["summary"] and rebuilt["runs"] == published["runs"]
+    trained.clear()
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained))
+    argv = _argv(tmp_path, "--resume")
+    argv[argv.index("--out") + 1] = str(moved)
+    assert bench_run.main(argv) == 0
+    assert trained == ["speed"]
+    assert set(json.load(open(moved / "results.json"))["runs"]) == {"uniform", "dapo", "speed"}
+
+    # Published again: the older copy is replaced, not merged, so no run outside the report lingers.
+    (docs / "elsewhere" / "left-over").mkdir(parents=True)
+    assert bench_run.main(["--report_only", "--out", str(moved), "--publish", str(docs)]) == 0
+    assert sorted(p.name for p in (docs / "elsewhere").iterdir() if p.is_dir()) == ["dapo", "speed", "uniform"]

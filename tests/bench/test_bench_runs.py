@@ -252,7 +252,7 @@ def test_report_only_rebuilds_a_multi_run_folder_with_its_rule(tmp_path, capsys)
     docs = tmp_path / "docs"
     assert bench_run.main(["--report_only", "--out", str(tmp_path), "--publish", str(docs)]) == 0
     printed = capsys.readouterr().out
-    assert sorted(p.name for p in docs.iterdir()) == ["accuracy.png", "results.json", "summary.md"]
+    assert sorted(p.name for p in docs.iterdir() if p.is_file()) == ["accuracy.png", "results.json", "summary.md"]
     assert "(rule uniform_gain:0.75: step-0 " in printed and "| uniform-r2 | uniform | 43 |" in printed
     results = json.load(open(tmp_path / "results.json"))
     assert set(results["summary"]) == {"uniform", "speed"} and set(results["runs"]) == set(runs)
