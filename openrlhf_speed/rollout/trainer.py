@@ -284,10 +284,13 @@ def make_trainer_class(upstream_actor_class):
         def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
             # A new best evaluation saves the tag best_global_stepK and points the actor's
             # `latest` at it: the curriculum state of step K must exist first (it may not be
-            # a --ckpt.save_steps step).
+            # a --ckpt.save_steps step). It is checkpointing, so off the training clock: each
+            # new best held-out accuracy writes the actor and its optimizer (tens of MB).
+            t0 = time.time()
             if self.speed and eval_metrics:
                 self._save_curriculum(global_step)
             super().save_best_checkpoint(eval_metrics, global_step, client_states)
+            self._excluded_s += time.time() - t0
 
         # -- curriculum checkpoints ----------------------------------------------------
         def init_checkpoint_states(self):

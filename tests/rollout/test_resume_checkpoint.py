@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -166,12 +167,14 @@ class FakeUpstream:
     checkpoint states the actor group would."""
 
     states = {}
+    save_s = 0.0  # how long the actor's save takes
 
     def init_checkpoint_states(self):
         return dict(self.states)
 
     def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
         self.best_saved_with_state = os.path.isfile(curriculum_state_path(self.args.ckpt.path, global_step))
+        time.sleep(self.save_s)
 
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         # The curriculum state of this step must already be complete on disk.
@@ -205,6 +208,14 @@ def test_trainer_writes_the_curriculum_state_first_and_keeps_max_num_plus_one(tr
 def test_trainer_writes_the_curriculum_state_before_a_best_checkpoint(trainer):
     trainer.save_best_checkpoint({"eval_accuracy": 0.5}, 3)  # step 3 is an evaluation step only
     assert trainer.best_saved_with_state
+
+
+def test_a_best_checkpoint_is_off_the_training_clock(trainer):
+    """train_wall_s, which the benchmark's time to target reads, excludes checkpointing: a new
+    best evaluation's save (the actor and its optimizer) must not count as training time."""
+    trainer._clock_start, trainer._excluded_s, trainer.save_s = time.time(), 0.0, 0.3
+    trainer.save_best_checkpoint({"eval_accuracy": 0.5}, 3)
+    assert trainer._excluded_s >= 0.3 and trainer._train_wall_s() < 0.3
 
 
 def test_trainer_restores_the_state_of_the_actors_step(trainer, capsys):
