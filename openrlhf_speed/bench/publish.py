@@ -4,10 +4,10 @@ The proving benchmark's 16 runs take longer than one working session, and a mach
 kept from one session to the next. So besides results.json, summary.md and accuracy.png,
 publishing copies what the report and `--resume` read: bench.json (settings, plan and
 target rule, fixed before the first run), the engine and driver results, and each finished
-run's metrics.jsonl and done.json. That is tens of KB a run; checkpoints and train.log (MBs)
+run's metrics.jsonl and done.json. That is about 100 KB a run; checkpoints and train.log (MBs)
 stay behind. The copy goes to DIR/<name of --out>, and from there:
 
-    cp -r docs/bench_proving runs/ && make bench-proving BENCH_ARGS=--resume
+    cp -r docs/bench_proving runs/ && make bench-proving BENCH_ARGS="--resume <its --curricula and --runs>"
 
 goes on with the remaining runs on another machine. `--resume` still refuses a machine of
 another kind, since bench.json's versions name the CPU's ISA and bf16. And
