@@ -21,8 +21,10 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-TARGETS = {"speedup_over_uniform": 2.0, "speedup_over_dapo": 1.0, "useful_token_share": 0.9,
-           "curriculum_overhead_share": 0.02}
+# The paper's 2x is over its RLOO baseline; stock OpenRLHF (`off`) runs that same algorithm
+# with OpenRLHF's own generation, so the same bar applies to it.
+TARGETS = {"speedup_over_off": 2.0, "speedup_over_uniform": 2.0, "speedup_over_dapo": 1.0,
+           "useful_token_share": 0.9, "curriculum_overhead_share": 0.02}
 
 
 def binomial_se(acc: float, n: float) -> float:
@@ -65,7 +67,8 @@ def check(report: dict, settings: Optional[dict] = None, ours: str = "speed") ->
     no_time = ("no meaningful target (see the note above)" if report.get("note")
                else "the target was not reached by both curricula")
     out = []
-    for base, key in (("uniform", "speedup_over_uniform"), ("dapo", "speedup_over_dapo")):
+    for base in ("off", "uniform", "dapo"):
+        key = f"speedup_over_{base}"
         if base not in summary:
             continue
         v, goal = sp.get(f"{ours}_over_{base}"), TARGETS[key]

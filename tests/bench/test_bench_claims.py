@@ -55,6 +55,20 @@ def test_claims_met_and_missed_with_reasons():
     assert "the paper's claims, checked" in table and "| missed |" in table and "| met |" in table
 
 
+def test_stock_openrlhf_is_the_first_baseline_in_speedups_and_claims():
+    """`off` is what a user runs instead of SPEED: its speedup and the 2x bar come first."""
+    runs = {"off": _run([0.3, 0.45, 0.5, 0.6], 15, 400, 0, 0, 0.4, 0.0),
+            "uniform": _run([0.3, 0.4, 0.5, 0.6], 30, 400, 0, 0, 0.4, 0.001),
+            "speed": _run([0.3, 0.5, 0.6, 0.62], 20, 400, 8, 2, 0.35, 0.0)}
+    report = rep.build_report(runs, target=0.5, settings={"n": 4, "n_init": 2})
+    # time to 0.5: off 30 s, uniform 60 s, speed 20 s.
+    assert list(report["speedups"]) == ["speed_over_off", "speed_over_uniform"]
+    assert report["speedups"]["speed_over_off"] == pytest.approx(1.5)
+    off = _verdicts(report)["speed reaches the target accuracy sooner than off"]
+    assert (off["status"], off["target"]) == ("missed", ">= 2x")
+    assert "speedups (time to target): speed_over_off 1.50x, speed_over_uniform 3.00x" in rep.table_markdown(report)
+
+
 def test_unreached_target_and_unknown_noise_are_not_verdicts():
     runs = {"uniform": _run([0.3, 0.3], 30, 0, 0, 0, 0.3, 0.0), "speed": _run([0.3, 0.6], 20, 0, 4, 4, 0.95, 0.0)}
     report = rep.build_report(runs, target=0.5, settings={"n": 4, "n_init": 2})
