@@ -113,7 +113,11 @@ def group(run_summaries: dict, groups: dict) -> dict:
     return {name: aggregate(rows) for name, rows in members.items()}
 
 
-def speedups(summary: dict, ours: str = "speed", baselines=("off", "uniform", "dapo")) -> tuple[dict, dict]:
+# What SPEED's clock is compared with, in report order: `off` (stock OpenRLHF) first.
+BASELINES = ("off", "uniform", "dapo")
+
+
+def speedups(summary: dict, ours: str = "speed", baselines=BASELINES) -> tuple[dict, dict]:
     """({'ours_over_b': mean time of b / mean time of ours or None}, {same key: why None}).
     A speedup needs every run of both curricula to have reached the target. `off` (stock
     OpenRLHF) comes first: it is what a user would run instead."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from openrlhf_speed.bench.aggregate import BASELINES
+
 # The paper's 2x is over its RLOO baseline; stock OpenRLHF (`off`) runs that same algorithm
 # with OpenRLHF's own generation, so the same bar applies to it.
 TARGETS = {"speedup_over_off": 2.0, "speedup_over_uniform": 2.0, "speedup_over_dapo": 1.0,
@@ -67,7 +69,7 @@ def check(report: dict, settings: Optional[dict] = None, ours: str = "speed") ->
     no_time = ("no meaningful target (see the note above)" if report.get("note")
                else "the target was not reached by both curricula")
     out = []
-    for base in ("off", "uniform", "dapo"):
+    for base in BASELINES:
         key = f"speedup_over_{base}"
         if base not in summary:
             continue
