@@ -21,7 +21,7 @@ from typing import Optional
 from openrlhf_speed.bench import aggregate as agg
 
 OURS = ("speed", "greso", "speed_bayes")
-BASELINES = ("off", "uniform", "dapo")
+BASELINES = agg.BASELINES  # one list for the speedups line, the claims and the intervals
 # Host speed indices of the runs farther apart than this make their clocks hard to compare.
 HOST_SPREAD_WARN = 1.10
 
