@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-gpu check-gpu-setup check-gpu-resolve train proving bench-proving test test-fast test-extra test-all clean
+.PHONY: setup setup-gpu check-gpu-setup check-gpu-resolve test-gpu train proving bench-proving test test-fast test-extra test-all clean
 setup:
 	bash scripts/bootstrap.sh
 
@@ -51,6 +51,10 @@ test-fast: setup
 
 test-all: setup
 	$(PY) -m pytest -q
+
+# The tests that need a CUDA device (the DeepSpeed and Megatron actors on one GPU), in the GPU venv.
+test-gpu:
+	$(VENV_GPU)/bin/python -m pytest -m gpu -s -q tests/backends
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

@@ -68,6 +68,23 @@ gpu_compute_caps() {
     | { grep -E '^[0-9]+\.[0-9]+$' || true; } | sort -u -t. -k1,1n -k2,2n | paste -sd';' -
 }
 
+# gpu_ds_archs LIST: a TORCH_CUDA_ARCH_LIST as DeepSpeed 0.19.6's op builder can read it.
+# torch takes arch-specific entries ("9.0a", "10.0f"; NVIDIA's images set them), but
+# DeepSpeed parses each minor version as an integer and stops with "invalid literal for
+# int() with base 10: '0a'", at install and in the run's JIT build alike. Its Adam ops use
+# no arch-specific instructions, so "9.0a" becomes "9.0"; "+PTX" stays, spaces become ";",
+# repeats go.
+gpu_ds_archs() {
+  local cc ptx out=()
+  for cc in ${1//;/ }; do
+    ptx=""
+    [[ $cc == *+PTX ]] && ptx=+PTX && cc=${cc%+PTX}
+    cc=${cc%[af]}$ptx
+    [[ " ${out[*]} " == *" $cc "* ]] || out+=("$cc")
+  done
+  (IFS=';'; echo "${out[*]}")
+}
+
 # gpu_flash_archs CAPS: flash-attn 2.8.3's FLASH_ATTN_CUDA_ARCHS for compute capabilities
 # "8.6;9.0": 8.x -> 80 (sm_80 code runs on 8.6 and 8.9), 9.0 -> 90, 10.x -> 100,
 # 12.x -> 120; others (below 8.0: flash-attn 2 needs Ampere) are left out.
@@ -194,8 +211,12 @@ gpu_plan_archs() {
   local caps archs n threads cores mem minutes
   caps=$(gpu_compute_caps)
   if [[ -n ${TORCH_CUDA_ARCH_LIST:-} ]]; then
-    caps=$TORCH_CUDA_ARCH_LIST
-    echo "[bootstrap] GPU archs: $caps (TORCH_CUDA_ARCH_LIST, as you set it)"
+    caps=$(gpu_ds_archs "$TORCH_CUDA_ARCH_LIST")
+    if [[ $caps == "$TORCH_CUDA_ARCH_LIST" ]]; then
+      echo "[bootstrap] GPU archs: $caps (TORCH_CUDA_ARCH_LIST, as you set it)"
+    else
+      echo "[bootstrap] GPU archs: $caps (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST as you set it, written as DeepSpeed 0.19.6 reads it: no a/f suffixes, which its Adam ops do not need)"
+    fi
   elif [[ -n $caps ]]; then
     echo "[bootstrap] GPU archs: $caps (the visible GPUs, nvidia-smi)"
   else

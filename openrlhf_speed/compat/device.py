@@ -182,3 +182,34 @@ def set_cpu_adam_threads(adam_offload: bool) -> str:
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     return f"CPU Adam threads: {threads} ({why})"
+
+
+# DeepSpeed 0.19.6 builds its Adam ops at run time (unless built into the venv) for the
+# archs in TORCH_CUDA_ARCH_LIST, and parses each minor version as an integer: an
+# arch-specific entry that torch accepts ("9.0a", "10.0f"; NVIDIA's images set them) stops
+# the actor with "invalid literal for int() with base 10: '0a'". scripts/gpu_build_lib.sh's
+# gpu_ds_archs does the same for the install.
+def deepspeed_arch_list(value: str) -> str:
+    """`value` without a/f arch suffixes ("9.0a" -> "9.0"; "+PTX" stays), ";"-joined, no repeats."""
+    out = []
+    for cc in value.replace(";", " ").split():
+        ptx = cc.endswith("+PTX")
+        cc = cc[: -len("+PTX")] if ptx else cc
+        cc = (cc[:-1] if cc[-1:] in ("a", "f") else cc) + ("+PTX" if ptx else "")
+        if cc not in out:
+            out.append(cc)
+    return ";".join(out)
+
+
+def fix_deepspeed_arch_list(environ=os.environ) -> str | None:
+    """Rewrite TORCH_CUDA_ARCH_LIST in `environ` for DeepSpeed's op builder; the line to log,
+    or None when it needed no change."""
+    value = environ.get("TORCH_CUDA_ARCH_LIST")
+    if not value:
+        return None
+    fixed = deepspeed_arch_list(value)
+    if fixed == value:
+        return None
+    environ["TORCH_CUDA_ARCH_LIST"] = fixed
+    return (f"TORCH_CUDA_ARCH_LIST={value!r} -> {fixed!r} for DeepSpeed's op builds (DeepSpeed 0.19.6 "
+            "cannot parse a/f arch suffixes; its Adam ops need none)")

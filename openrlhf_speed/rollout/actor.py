@@ -1,6 +1,7 @@
 """Our policy actor: OpenRLHF's `PolicyModelActor` plus weight fingerprints, the
-non-finite guard (finite_guard.py) and the CPU Adam thread count on GPU runs with
---ds.adam_offload (compat/device.py); and the switch
+non-finite guard (finite_guard.py), the CPU Adam thread count on GPU runs with
+--ds.adam_offload and a TORCH_CUDA_ARCH_LIST that DeepSpeed's op builds can read
+(compat/device.py); and the switch
 between that DeepSpeed actor and the Megatron-Core one (`--backend`).
 
 `openrlhf.cli.train_ppo_ray` imports `PolicyModelActor` / `ReferenceModelActor` by name when
@@ -26,10 +27,13 @@ class SpeedPolicyActor(ppo_actor.PolicyModelActor.__ray_actor_class__):
         log_placement(f"actor rank {rank}/{world_size}")
 
     def init_model_from_pretrained(self, strategy, *args, **kwargs):
-        from openrlhf_speed.compat.device import set_cpu_adam_threads
+        from openrlhf_speed.compat.device import fix_deepspeed_arch_list, set_cpu_adam_threads
 
-        # Before DeepSpeed builds (and loads the OpenMP runtime of) its CPU Adam.
+        # Before DeepSpeed builds (and loads the OpenMP runtime of) its Adam op.
         print(f"[openrlhf-speed] {set_cpu_adam_threads(strategy.args.ds.adam_offload)}", flush=True)
+        arch_note = fix_deepspeed_arch_list()
+        if arch_note:
+            print(f"[openrlhf-speed] {arch_note}", flush=True)
         result = super().init_model_from_pretrained(strategy, *args, **kwargs)
         finite_guard.install(strategy)  # NaN/inf loss or gradients stop the run (finite_guard.py)
         return result

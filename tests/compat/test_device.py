@@ -3,6 +3,7 @@ torch.cuda in a worker's set-up (compat/device.py). Each case runs on this CPU m
 GPUs and clusters are stood in for by the resources Ray would report."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -207,3 +208,33 @@ def test_set_cpu_adam_threads_override_sets_torch_and_omp(monkeypatch):
         assert torch.get_num_threads() == 1 and device.os.environ["OMP_NUM_THREADS"] == "1"
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("value, want", [
+    ("9.0a", "9.0"), ("8.0 9.0a 10.0f;12.0+PTX", "8.0;9.0;10.0;12.0+PTX"), ("9.0;9.0a", "9.0"),
+    ("9.0a+PTX", "9.0+PTX"), ("8.0;9.0", "8.0;9.0"),
+])
+def test_deepspeed_arch_list_drops_arch_suffixes(value, want):
+    assert device.deepspeed_arch_list(value) == want
+
+
+def test_deepspeeds_own_op_builder_reads_the_rewritten_arch_list(monkeypatch):
+    # DeepSpeed 0.19.6's CUDA op builder, install and JIT mode: it stops on "9.0a" (an image
+    # with TORCH_CUDA_ARCH_LIST=9.0a stopped the Adam op build on an H100 with exactly this)
+    # and builds sm_90 from the rewritten list that the policy actor sets before DeepSpeed.
+    from deepspeed.ops.op_builder.fused_adam import FusedAdamBuilder
+
+    env = {"TORCH_CUDA_ARCH_LIST": "9.0a"}
+    for jit in (False, True):
+        builder = FusedAdamBuilder()
+        builder.jit_mode = jit
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+        with pytest.raises(ValueError, match="'0a'"):
+            builder.compute_capability_args()
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", device.deepspeed_arch_list("9.0a"))
+        args = builder.compute_capability_args()  # JIT: torch's own build reads the list it sets
+        assert args == ([] if jit else ["-gencode=arch=compute_90,code=sm_90"])
+        assert os.environ["TORCH_CUDA_ARCH_LIST"] in ("9.0", "9.0+PTX")
+    note = device.fix_deepspeed_arch_list(env)
+    assert env == {"TORCH_CUDA_ARCH_LIST": "9.0"} and "'9.0a' -> '9.0'" in note
+    assert device.fix_deepspeed_arch_list(env) is None and device.fix_deepspeed_arch_list({}) is None

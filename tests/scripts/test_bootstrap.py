@@ -191,6 +191,17 @@ def test_gpu_check_on_an_h100_with_cuda_13_0(tmp_path):
     assert "FLASH_ATTN_CUDA_ARCHS=90 MAX_JOBS=" in out.stdout and "expect about" in out.stdout
 
 
+def test_gpu_check_writes_an_arch_specific_list_as_deepspeed_reads_it(tmp_path):
+    """TORCH_CUDA_ARCH_LIST=9.0a (NVIDIA's images set such entries): DeepSpeed 0.19.6 cannot
+    parse the suffix (its install stopped on an H100 with "invalid literal for int() with
+    base 10: '0a'"), so its ops are built for 9.0, and the set-up says so."""
+    needs_gcc()
+    out = gpu_check(tmp_path, nvcc="13.0", caps=("9.0",), TORCH_CUDA_ARCH_LIST="9.0a")
+    assert out.returncode == 0, out.stderr
+    assert "GPU archs: 9.0 (TORCH_CUDA_ARCH_LIST=9.0a as you set it, written as DeepSpeed" in out.stdout
+    assert "for 9.0 (1-5 min" in out.stdout and "FLASH_ATTN_CUDA_ARCHS=90 " in out.stdout
+
+
 def test_gpu_check_skips_deepspeeds_cuda_check_for_another_13_minor(tmp_path):
     needs_gcc()
     out = gpu_check(tmp_path, nvcc="13.2", caps=("9.0",))
