@@ -158,7 +158,7 @@ def judge_ds_ops(facts: dict) -> list:
         return [Row("deepspeed", FAIL if gpu else WARN, ds["error"], fix, required=gpu)]
     if ds.get("skipped"):
         return [Row("deepspeed adam", SKIP, "not checked (--skip_ds_ops)")]
-    rows = []
+    rows = [Row("cuda archs", INFO, ds["arch_note"])] if ds.get("arch_note") else []
     for key, label in (("cpu_adam", "CPU Adam (--ds.adam_offload)"), ("fused_adam", "FusedAdam")):
         op = ds.get("ops", {}).get(key, {})
         name = f"deepspeed {key}"

@@ -139,6 +139,7 @@ def ds_ops_probe(build: bool) -> dict:
     from openrlhf_speed import compat
 
     compat.install()  # the CPU mode's DS_ACCELERATOR=cpu
+    arch_note = compat.device.fix_deepspeed_arch_list()  # as the policy actor does before a JIT build
     try:
         import deepspeed
         from deepspeed.accelerator import get_accelerator
@@ -146,6 +147,8 @@ def ds_ops_probe(build: bool) -> dict:
     except Exception as e:
         return {"error": f"deepspeed does not import: {type(e).__name__}: {str(e)[:300]}"}
     out = {"version": deepspeed.__version__, "accelerator": get_accelerator()._name, "ops": {}}
+    if arch_note:
+        out["arch_note"] = arch_note
     for key, builder_name in (("cpu_adam", "CPUAdamBuilder"), ("fused_adam", "FusedAdamBuilder")):
         facts = {}
         try:

@@ -87,6 +87,15 @@ def test_complete_gpu_node_is_ready():
     assert "all-reduce over 2 GPUs gave 2" in rows_by_check(GPU_FACTS)["nccl"].detail
 
 
+def test_an_arch_list_deepspeed_cannot_read_is_rewritten_and_said():
+    # The probe rewrites TORCH_CUDA_ARCH_LIST=9.0a as the policy actor does (DeepSpeed 0.19.6
+    # stops on the suffix); the table says so and the node stays ready.
+    note = "TORCH_CUDA_ARCH_LIST='9.0a' -> '9.0' for DeepSpeed's op builds"
+    rows = doctor.judge(gpu_with(ds_ops__arch_note=note), 100.0)
+    assert {r.check: r for r in rows}["cuda archs"].detail == note
+    assert doctor.exit_status(rows, on_gpu=True) == 0
+
+
 @pytest.mark.parametrize("changes, check, fix_has, required", [
     (dict(nvcc={"path": None, "release": None, "cuda_home": None},
           ds_ops__ops__cpu_adam={"prebuilt": False, "compatible": False, "error": "MissingCUDAException"}),
