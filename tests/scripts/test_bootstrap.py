@@ -252,6 +252,15 @@ def lib(call: str, **env) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.parametrize("value, want", [
+    ("9.0a", "9.0"), ("8.0 9.0a 10.0f;12.0+PTX", "8.0;9.0;10.0;12.0+PTX"), ("9.0;9.0a", "9.0"),
+    ("9.0a+PTX", "9.0+PTX"), ("8.0;9.0", "8.0;9.0"),
+])
+def test_deepspeed_arch_list_in_bash_is_the_actors(value, want):
+    # the same cases as compat.device.deepspeed_arch_list's test: the set-up and the run agree
+    assert lib(f'gpu_ds_archs "{value}"') == want
+
+
 @pytest.mark.parametrize("caps, archs", [
     ("9.0", "90"), ("8.0;8.6;8.9", "80"), ("8.6;9.0;10.0;12.0", "80;90;100;120"), ("7.5", ""), ("12.1", "120"),
 ])
