@@ -2,8 +2,8 @@
 bootstrap 95% interval of every speedup ratio ("not resolved" when it holds 1), the
 mechanism per run and a GPU projection of each run's clock (aggregate.py's pure functions).
 
-Ratios: each of `speed`, `greso`, `speed_bayes` (those run) over each of `off`, `uniform`,
-`dapo`, from the interpolated training clock to the target, measured on this machine and
+Ratios: each of `speed`, `greso`, `speed_bayes` and their N_init variants (`speed@8`; those
+run) over each of `off`, `uniform`, `dapo`, from the interpolated training clock to the target, measured on this machine and
 projected. A curriculum with a run that did not reach the target has no ratio.
 
 Projection, labelled as such: the tokens each run generated and trained on, priced so that
@@ -24,6 +24,11 @@ OURS = ("speed", "greso", "speed_bayes")
 BASELINES = agg.BASELINES  # one list for the speedups line, the claims and the intervals
 # Host speed indices of the runs farther apart than this make their clocks hard to compare.
 HOST_SPREAD_WARN = 1.10
+
+
+def is_ours(curriculum: str) -> bool:
+    """A curriculum whose speedup is reported: one of OURS, or one with another N_init (speed@8)."""
+    return curriculum.split("@")[0] in OURS
 
 
 def host_speed(evals: list) -> Optional[float]:
@@ -84,7 +89,7 @@ def intervals(rows: dict, key: str) -> dict:
     for r in rows.values():
         by.setdefault(r["curriculum"], []).append(r.get(key))
     out = {}
-    for ours in (c for c in OURS if c in by):
+    for ours in (c for c in by if is_ours(c)):
         for base in (b for b in BASELINES if b in by):
             ci = agg.bootstrap_ratio(by[base], by[ours])
             few = min(len(by[base]), len(by[ours]))

@@ -368,21 +368,42 @@ def _train_all(args, s: dict, plan: list, train: str, test: str, out: str) -> No
         print(f"{head}: done in {time.time() - t0:.0f}s", flush=True)
 
 
-RESUME_KEYS = ("settings", "curricula", "model", "plan", "target", "target_rule", "driver_steps", "versions")
+RESUME_KEYS = ("settings", "model", "target", "target_rule", "driver_steps", "versions")
 
 
-def _check_resumable(meta_path: str, meta: dict) -> None:
-    """--resume only goes on with the same benchmark: its runs are compared with the new ones."""
+def _check_resumable(meta_path: str, meta: dict) -> dict:
+    """--resume only goes on with the same benchmark: its runs are compared with the new ones.
+    It may add curricula (the rows a benchmark left out, e.g. speed@8 beside speed): the old
+    runs keep their seeds, and the target or its rule, fixed on uniform before any run, stays.
+    Returns the bench.json to write when curricula were added, None when it stays as it is."""
     if not os.path.isfile(meta_path):
         raise SystemExit(f"openrlhf-speed bench: error: --resume: {meta_path} does not exist, so there is no "
                          "benchmark to go on with in this --out folder; run without --resume to start one")
     with open(meta_path) as f:
         old = json.load(f)
     changed = [key for key in RESUME_KEYS if json.loads(json.dumps(meta.get(key))) != old.get(key)]
-    if changed:
-        raise SystemExit(f"openrlhf-speed bench: error: --resume: {', '.join(changed)} differ from {meta_path}'s "
+    old_plan, new_plan = _plan_of(old), json.loads(json.dumps(meta["plan"]))
+    dropped = [c for c in old.get("curricula", []) if c not in meta["curricula"]]
+    if not dropped and any(r not in new_plan for r in old_plan):
+        changed.append("runs or seed")
+    if changed or dropped:
+        what = ", ".join(changed + ([f"curricula (leaves out {', '.join(dropped)})"] if dropped else []))
+        raise SystemExit(f"openrlhf-speed bench: error: --resume: {what} differ from {meta_path}'s "
                          "(its runs would not compare with the new ones); pass the flags of its command: "
                          f"{old.get('command')}, or use another --out")
+    added = [c for c in meta["curricula"] if c not in old.get("curricula", [])]
+    if not added:
+        return None
+    print(f"[bench] --resume adds {', '.join(added)} to the benchmark in {os.path.dirname(meta_path) or '.'}",
+          flush=True)
+    commands = old.get("commands") or [old.get("command")]
+    return {**old, "curricula": meta["curricula"], "plan": new_plan, "command": meta["command"],
+            "commands": commands + [meta["command"]]}
+
+
+def _load(path: str):
+    with open(path) as f:
+        return json.load(f)
 
 
 def _plan_of(meta: dict) -> list:
@@ -429,7 +450,10 @@ def main(argv=None) -> int:
                 "target_rule": args.target_rule, "driver_steps": args.driver_steps,
                 "versions": _versions(), "train_data": train, "eval_data": test}
         if args.resume:
-            _check_resumable(meta_path, meta)
+            grown = _check_resumable(meta_path, meta)
+            if grown is not None:
+                with open(meta_path, "w") as f:
+                    json.dump(grown, f, indent=1)
         else:
             with open(meta_path, "w") as f:
                 json.dump(meta, f, indent=1)
@@ -438,10 +462,18 @@ def main(argv=None) -> int:
               f"N={s['n']}, eval every {s['eval_every']} on {s['eval_prompts']} prompts x {s['eval_k']}, target "
               f"{target}) -> {out}", flush=True)
         _train_all(args, s, plan, train, test, out)
-        engine = None if args.skip_engine else _engine_throughput(args, s, train, out)
-        with open(os.path.join(out, "engine_result.json"), "w") as f:
-            json.dump(engine, f)
-        if args.driver_steps:
+        # A resumed benchmark keeps the engine and driver measurements it has: they measure
+        # the engine on this settings and machine kind, which --resume has checked are the same.
+        engine_path, driver_path = os.path.join(out, "engine_result.json"), os.path.join(out, "driver.json")
+        if args.resume and os.path.isfile(engine_path) and (args.skip_engine or _load(engine_path) is not None):
+            print("[bench] engine throughput: measured earlier, kept", flush=True)
+        else:
+            engine = None if args.skip_engine else _engine_throughput(args, s, train, out)
+            with open(engine_path, "w") as f:
+                json.dump(engine, f)
+        if args.driver_steps and args.resume and os.path.isfile(driver_path):
+            print("[bench] SPEED driver against raw vLLM: measured earlier, kept", flush=True)
+        elif args.driver_steps:
             _driver(args, s, train, test, out)
     with open(meta_path) as f:
         meta = json.load(f)

@@ -195,3 +195,17 @@ def test_one_run_of_a_curriculum_is_never_an_interval():
     assert "low" not in ci and ci["point"] == pytest.approx(15.0 / 5.5)
     assert ci["verdict"].startswith("not resolved (one run of a curriculum")
     assert "- speed_over_uniform: measured 2.73x, not resolved (one run" in "\n".join(ev.markdown(e))
+
+
+def test_a_curriculum_with_another_n_init_gets_its_own_intervals():
+    """The paper's second row (N_init 8) is compared with the baselines like speed itself."""
+    runs = {"uniform-r1": _run([0, 10, 20], [0.4, 0.5, 0.7], 100, 100),
+            "uniform-r2": _run([0, 12, 24], [0.4, 0.5, 0.7], 100, 100),
+            "speed@8-r1": _run([0, 5, 10], [0.4, 0.6, 0.7], 160, 100),
+            "speed@8-r2": _run([0, 6, 12], [0.4, 0.6, 0.7], 160, 100),
+            "cures-r1": _run([0, 5, 10], [0.4, 0.6, 0.7], 160, 100)}
+    groups = {k: k.rsplit("-", 1)[0] for k in runs}
+    e = rep.build_report(runs, 0.6, {"batch": 2, "n": 2}, groups=groups)["evidence"]
+    assert list(e["intervals_measured"]) == ["speed@8_over_uniform"]  # cures is not one of ours
+    assert e["intervals_measured"]["speed@8_over_uniform"]["point"] == pytest.approx(16.5 / 5.5)
+    assert ev.is_ours("speed_bayes@8") and not ev.is_ours("dapo@8")

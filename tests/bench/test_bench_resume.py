@@ -5,11 +5,15 @@ refused rather than mixed into the same table. The train subprocess is replaced 
 that writes a run log; everything around it (plan, folders, bench.json, report) is real."""
 
 import json
+import os
 import shutil
 
 import pytest
 
 from openrlhf_speed.bench import run as bench_run
+
+PUBLISHED_DRIVER = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "native_bf16", "bench_proving_bf16",
+                                "driver.json")
 
 
 def _data(tmp_path):
@@ -66,6 +70,45 @@ def test_resume_with_other_settings_is_refused(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=r"--resume: settings differ from .*bench\.json.*pass the flags of its "
                                          r"command: openrlhf-speed bench --mode tiny"):
         bench_run.main(_argv(tmp_path, "--resume", "--lr", "3e-4"))
+
+
+def test_resume_adds_curricula_and_keeps_the_target_and_measurements(tmp_path, monkeypatch, capsys):
+    """A benchmark that left rows out (speed@8, greso) gets them later on the same machine
+    kind, against the same baseline runs, without training those again."""
+    trained, drivers = [], []
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained))
+
+    def fake_driver(args, s, train, test, out):
+        drivers.append(out)
+        shutil.copy(PUBLISHED_DRIVER, tmp_path / "out" / "driver.json")
+    monkeypatch.setattr(bench_run, "_driver", fake_driver)
+    first = ["--mode", "tiny", "--curricula", "uniform,speed", "--skip_engine", "--target_rule", "uniform_gain:0.5",
+             "--driver_steps", "2", "--out", str(tmp_path / "out"), *_data(tmp_path)]
+    assert bench_run.main(first) == 0
+    assert trained == ["uniform", "speed"] and len(drivers) == 1
+    before = json.load(open(tmp_path / "out" / "bench.json"))
+
+    trained.clear()
+    more = list(first)
+    more[more.index("--curricula") + 1] = "uniform,speed,speed@8,greso"
+    assert bench_run.main(more + ["--resume"]) == 0
+    assert trained == ["speed@8", "greso"] and len(drivers) == 1  # the driver measurement is kept too
+    out = capsys.readouterr().out
+    assert "--resume adds speed@8, greso to the benchmark" in out
+    assert "SPEED driver against raw vLLM: measured earlier, kept" in out
+    after = json.load(open(tmp_path / "out" / "bench.json"))
+    assert after["curricula"] == ["uniform", "speed", "speed@8", "greso"]
+    assert after["target_rule"] == before["target_rule"] and after["settings"] == before["settings"]
+    assert after["commands"] == [before["command"], after["command"]]
+    assert set(json.load(open(tmp_path / "out" / "results.json"))["runs"]) == {"uniform", "speed", "speed@8", "greso"}
+
+    # Leaving a curriculum out, or changing the seeds, would mix two benchmarks: refused.
+    fewer = list(first)
+    fewer[fewer.index("--curricula") + 1] = "uniform,greso"
+    with pytest.raises(SystemExit, match=r"--resume: curricula \(leaves out speed, speed@8\) differ"):
+        bench_run.main(fewer + ["--resume"])
+    with pytest.raises(SystemExit, match=r"--resume: runs or seed differ"):
+        bench_run.main(more + ["--resume", "--seed", "7"])
 
 
 def test_resume_needs_an_earlier_benchmark(tmp_path):
