@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report_only", action="store_true", help="rebuild the report from an existing --out folder")
     p.add_argument("--resume", action="store_true",
                    help="go on with an interrupted benchmark in --out: runs that finished are kept, the others run "
-                   "again from their start; the settings, plan and target must be those of its bench.json")
+                   "again from their start; the settings, seeds and target must be those of its bench.json. "
+                   "--curricula may add curricula to it (e.g. speed@8,greso), none may be left out")
     p.add_argument("--publish", default=None,
                    help="also copy results.json, summary.md and accuracy.png into this folder (e.g. docs/), and the "
                    "evidence they come from (bench.json, each finished run's metrics.jsonl and done.json; no "
