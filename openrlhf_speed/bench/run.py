@@ -402,11 +402,6 @@ def _check_resumable(meta_path: str, meta: dict) -> dict:
             "commands": commands + [meta["command"]]}
 
 
-def _load(path: str):
-    with open(path) as f:
-        return json.load(f)
-
-
 def _plan_of(meta: dict) -> list:
     """The runs a bench.json names; folders from before --runs have one run per curriculum."""
     if meta.get("plan"):
@@ -440,6 +435,7 @@ def main(argv=None) -> int:
         _driver(args, s, *_data(args, s, out), out)
         return 0
     meta_path = os.path.join(out, "bench.json")
+    engine_path, driver_path = os.path.join(out, "engine_result.json"), os.path.join(out, "driver.json")
     if not args.report_only:
         train, test = _data(args, s, out)
         plan = agg.run_plan(curricula, args.runs, args.seed)
@@ -465,8 +461,7 @@ def main(argv=None) -> int:
         _train_all(args, s, plan, train, test, out)
         # A resumed benchmark keeps the engine and driver measurements it has: they measure
         # the engine on this settings and machine kind, which --resume has checked are the same.
-        engine_path, driver_path = os.path.join(out, "engine_result.json"), os.path.join(out, "driver.json")
-        if args.resume and os.path.isfile(engine_path) and (args.skip_engine or _load(engine_path) is not None):
+        if args.resume and os.path.isfile(engine_path) and (args.skip_engine or json.load(open(engine_path))):
             print("[bench] engine throughput: measured earlier, kept", flush=True)
         else:
             engine = None if args.skip_engine else _engine_throughput(args, s, train, out)
@@ -501,9 +496,7 @@ def main(argv=None) -> int:
     report = rep.build_report(runs, target, meta.get("settings"), groups=groups, rule=rule)
     for key, seed in seeds.items():
         report["runs_summary"][key]["seed"] = seed
-    engine_path = os.path.join(out, "engine_result.json")
     report["engine"] = json.load(open(engine_path)) if os.path.isfile(engine_path) else None
-    driver_path = os.path.join(out, "driver.json")
     report["driver"] = json.load(open(driver_path)) if os.path.isfile(driver_path) else None
     report.update(command=meta["command"], versions=meta["versions"], settings=meta["settings"],
                   start_model=rep.start_model(meta.get("model")))
