@@ -64,6 +64,7 @@ from openrlhf_speed.bench import aggregate as agg
 from openrlhf_speed.bench import driver as drv
 from openrlhf_speed.bench import publish as pub
 from openrlhf_speed.bench import report as rep
+from openrlhf_speed.bench import resume
 from openrlhf_speed.bench.commands import parse_curriculum, train_command, warmup_ratio  # noqa: F401 (API)
 
 # B prompts x N responses, response limit, steps, eval period, held-out prompts x samples;
@@ -369,46 +370,6 @@ def _train_all(args, s: dict, plan: list, train: str, test: str, out: str) -> No
         print(f"{head}: done in {time.time() - t0:.0f}s", flush=True)
 
 
-RESUME_KEYS = ("settings", "model", "target", "target_rule", "driver_steps", "versions")
-
-
-def _check_resumable(meta_path: str, meta: dict) -> dict:
-    """--resume only goes on with the same benchmark: its runs are compared with the new ones.
-    It may add curricula (the rows a benchmark left out, e.g. speed@8 beside speed): the old
-    runs keep their seeds, and the target or its rule, fixed on uniform before any run, stays.
-    Returns the bench.json to write when curricula were added, None when it stays as it is."""
-    if not os.path.isfile(meta_path):
-        raise SystemExit(f"openrlhf-speed bench: error: --resume: {meta_path} does not exist, so there is no "
-                         "benchmark to go on with in this --out folder; run without --resume to start one")
-    with open(meta_path) as f:
-        old = json.load(f)
-    changed = [key for key in RESUME_KEYS if json.loads(json.dumps(meta.get(key))) != old.get(key)]
-    old_plan, new_plan = _plan_of(old), json.loads(json.dumps(meta["plan"]))
-    dropped = [c for c in old.get("curricula", []) if c not in meta["curricula"]]
-    if not dropped and any(r not in new_plan for r in old_plan):
-        changed.append("runs or seed")
-    if changed or dropped:
-        what = ", ".join(changed + ([f"curricula (leaves out {', '.join(dropped)})"] if dropped else []))
-        raise SystemExit(f"openrlhf-speed bench: error: --resume: {what} differ from {meta_path}'s "
-                         "(its runs would not compare with the new ones); pass the flags of its command: "
-                         f"{old.get('command')}, or use another --out")
-    added = [c for c in meta["curricula"] if c not in old.get("curricula", [])]
-    if not added:
-        return None
-    print(f"[bench] --resume adds {', '.join(added)} to the benchmark in {os.path.dirname(meta_path) or '.'}",
-          flush=True)
-    commands = old.get("commands") or [old.get("command")]
-    return {**old, "curricula": meta["curricula"], "plan": new_plan, "command": meta["command"],
-            "commands": commands + [meta["command"]]}
-
-
-def _plan_of(meta: dict) -> list:
-    """The runs a bench.json names; folders from before --runs have one run per curriculum."""
-    if meta.get("plan"):
-        return meta["plan"]
-    return [{"key": c, "curriculum": c, "run": 1, "runs": 1, "seed": None} for c in meta["curricula"]]
-
-
 def _report_target(args, meta: dict) -> tuple:
     """(target, rule) for the report: the flags' when given, else those fixed in bench.json."""
     if args.target is not None or args.target_rule is not None:
@@ -447,7 +408,7 @@ def main(argv=None) -> int:
                 "target_rule": args.target_rule, "driver_steps": args.driver_steps,
                 "versions": _versions(), "train_data": train, "eval_data": test}
         if args.resume:
-            grown = _check_resumable(meta_path, meta)
+            grown = resume.check_resumable(meta_path, meta)
             if grown is not None:
                 with open(meta_path, "w") as f:
                     json.dump(grown, f, indent=1)
@@ -474,7 +435,7 @@ def main(argv=None) -> int:
     with open(meta_path) as f:
         meta = json.load(f)
     runs, groups, seeds = {}, {}, {}
-    plan = _plan_of(meta)
+    plan = resume.plan_of(meta)
     # Folders written since runs leave done.json: a log without it is a run still going or cut
     # short, whose missing evaluations would read as a miss.
     marked = any(os.path.isfile(os.path.join(out, r["key"], "done.json")) for r in plan)
