@@ -203,6 +203,11 @@ def _settings(args) -> dict:
                          f"{s['train_micro']}: each step is then B x N / train_batch optimizer updates")
     if s["warmup"] < 0:
         raise SystemExit(f"openrlhf-speed bench: error: --warmup {s['warmup']}: need 0 or more optimizer steps")
+    # The flags after '--' change every run too (e.g. --speed.schedule serial), so --resume compares
+    # them; recorded only when given, so a benchmark from before this still resumes.
+    passed = [a for a in getattr(args, "train_args", None) or [] if a != "--"]
+    if passed:
+        s["train_args"] = passed
     return s
 
 

@@ -198,6 +198,12 @@ def add_speed_arguments(parser) -> None:
                    "drain before the weight sync; for engines with devices of their own. off (default): the work in "
                    "flight when a batch is complete runs on, nothing new is sent until the next step; on CPU, where "
                    "engines and actor share the cores, 'on' measured 14%% (B=16) and 25%% (B=8) slower steps (README)")
+    g.add_argument("--speed.schedule", type=str, default="overlap", choices=["overlap", "serial"],
+                   help="overlap (default): requests still in flight when a batch is complete keep generating "
+                   "during the step's experience making and training, which hides generation where engines have "
+                   "devices of their own. serial: they are collected first, so the engines idle while the actor "
+                   "works; for CPU, where both share the cores (docs/benchmarks.md, the 2-core profile). OpenRLHF's "
+                   "own generation (--speed.strategy off) is serial already")
     g.add_argument("--speed.trace_path", type=str, default=None,
                    help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
 
@@ -208,6 +214,10 @@ def _validate_speed(args) -> None:
     errors = generation_only_errors(args)
     if errors:
         raise FlagError("\nopenrlhf-speed train: error: ".join(errors))
+    if args.speed.schedule == "serial" and (args.speed.feed_during_training == "on" or args.train.async_enable):
+        both = "--speed.feed_during_training on" if args.speed.feed_during_training == "on" else "--train.async_enable"
+        raise FlagError(f"--speed.schedule serial idles the engines while the actor works, and {both} keeps them "
+                        "generating then; pass one of the two.")
     cfg = speed_config(args)
     if cfg is None:
         if args.train.max_steps is not None:

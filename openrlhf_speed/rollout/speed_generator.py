@@ -23,6 +23,8 @@ reuses its conversion of an engine response into an `Experience`. Per request:
   (`--algo.advantage.is_correction_level`, turned on by `--speed.is_correction auto`):
   with it on, the engines return the sampled tokens' log-probs (`_sampling_params`), the
   rollout policy's side of the ratio pi_current / pi_rollout.
+- `--speed.schedule serial` (for CPU): that work in flight is collected before the step
+  instead (`_collect_before_step`), so the engines and the actor never share the cores.
 - starvation: warnings the scheduler issues while no batch forms are printed at once.
 - over-long prompts: a prompt longer than the prompt limit (`--data.max_len` minus
   `--rollout.max_new_tokens`) is skipped when the driver starts, never sent, and counted
@@ -179,8 +181,10 @@ class SpeedSamplesGenerator(SamplesGenerator):
                 print(f"[openrlhf-speed] WARNING {self.scheduler.starvation_warning}", flush=True)
             self._log("finished", totals=totals)
             return [], None, 0, True
+        collect_s = self._collect_before_step(generate_kwargs)
         samples = [r.payload for g in batch.groups for r in g.responses]  # [B*N], group-major
         self.last_metrics = dict(batch.metrics)
+        self.last_metrics["driver/collect_before_step_s"] = collect_s
         self.last_metrics["speed/prompts_too_long"] = float(self.prompts_too_long)
         self.last_metrics["timing_parts/curriculum_wait"] = time.time() - t0
         self.last_metrics["timing_parts/curriculum_overhead"] = self._overhead_s
@@ -192,6 +196,20 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self._log("batch", step=batch.step, prompts=[[g.prompt_index, g.epoch] for g in batch.groups],
                   rewards=[g.rewards.tolist() for g in batch.groups])
         return samples, None, len(batch.groups), self.scheduler.exhausted or self._step_limit_reached()
+
+    def _collect_before_step(self, kwargs) -> float:
+        """`--speed.schedule serial`: collect the requests still in flight now that the batch is
+        complete, so the engines idle during the step's experience making and training (seconds
+        waited; 0 with the default overlap). On 2 shared CPU cores the overlap slowed the actor's
+        forward passes 3.8x and cost more than it hid (docs/benchmarks.md, the 2-core profile).
+        What is collected is buffered, as at the drain, and trains one policy version later."""
+        speed_args = getattr(self.args, "speed", None)
+        if getattr(speed_args, "schedule", "overlap") != "serial":
+            return 0.0
+        t0 = time.time()
+        while self._pending:
+            self._collect(kwargs)
+        return time.time() - t0
 
     def _step_limit_reached(self) -> bool:
         # The scheduler's step counter is part of its state, so the limit holds across resumes.

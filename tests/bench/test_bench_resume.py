@@ -70,6 +70,9 @@ def test_resume_with_other_settings_is_refused(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=r"--resume: settings differ from .*bench\.json.*pass the flags of its "
                                          r"command: openrlhf-speed bench --mode tiny"):
         bench_run.main(_argv(tmp_path, "--resume", "--lr", "3e-4"))
+    # The flags after '--' go to every run: the runs would not compare either.
+    with pytest.raises(SystemExit, match=r"--resume: settings differ"):
+        bench_run.main(_argv(tmp_path, "--resume", "--", "--speed.schedule", "serial"))
 
 
 def test_resume_adds_curricula_and_keeps_the_target_and_measurements(tmp_path, monkeypatch, capsys):

@@ -84,6 +84,22 @@ def test_speed_flag_combinations_are_named():
     assert out.returncode != 0 and "--speed.strategy dapo" in out.stderr
 
 
+@pytest.mark.parametrize("other", [["--speed.feed_during_training", "on"],
+                                   ["--speed.strategy", "off", "--train.async_enable"]])
+def test_a_serial_schedule_refuses_flags_that_keep_the_engines_generating_during_the_step(other):
+    out = run("train", "--dry_run", "--vllm.num_engines", "1", "--speed.schedule", "serial", *other)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "--speed.schedule serial" in out.stderr and other[-2 if other[-1] == "on" else -1] in out.stderr
+
+
+def test_a_serial_schedule_is_accepted_with_stock_generation_which_is_serial_already():
+    out = run("train", "--dry_run", "--vllm.num_engines", "1", "--speed.schedule", "serial", "--speed.strategy", "off",
+              "--algo.kl.init_coef", "0", "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4",
+              "--train.batch_size", "16")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout[out.stdout.index("{"):])["config"]["speed"]["schedule"] == "serial"
+
+
 def test_gen_data_writes_splits(tmp_path):
     out = run("gen-data", "--out", str(tmp_path), "--n_train", "50", "--n_test", "10")
     assert out.returncode == 0, out.stderr

