@@ -202,7 +202,7 @@ def add_speed_arguments(parser) -> None:
                    help="overlap (default): requests still in flight when a batch is complete keep generating "
                    "during the step's experience making and training, which hides generation where engines have "
                    "devices of their own. serial: they are collected first, so the engines idle while the actor "
-                   "works; for CPU, where both share the cores (docs/benchmarks.md, the 2-core profile). OpenRLHF's "
+                   "works; for CPU, where both share the cores (11-15%% cheaper driver steps on 2 cores, docs/cpu.md). OpenRLHF's "
                    "own generation (--speed.strategy off) is serial already")
     g.add_argument("--speed.trace_path", type=str, default=None,
                    help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
