@@ -12,7 +12,7 @@ import pytest
 
 from openrlhf_speed.bench import run as bench_run
 
-PUBLISHED_DRIVER = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "native_bf16", "bench_proving_bf16",
+PUBLISHED_DRIVER = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "proving-v4", "avx512",
                                 "driver.json")
 
 
@@ -72,7 +72,7 @@ def test_resume_with_other_settings_is_refused(tmp_path, monkeypatch):
         bench_run.main(_argv(tmp_path, "--resume", "--lr", "3e-4"))
     # The flags after '--' go to every run: the runs would not compare either.
     with pytest.raises(SystemExit, match=r"--resume: settings differ"):
-        bench_run.main(_argv(tmp_path, "--resume", "--", "--speed.schedule", "serial"))
+        bench_run.main(_argv(tmp_path, "--resume", "--", "--speed.max_staleness", "1"))
 
 
 def test_resume_adds_curricula_and_keeps_the_target_and_measurements(tmp_path, monkeypatch, capsys):
@@ -144,7 +144,8 @@ def test_report_only_leaves_out_a_run_still_going(tmp_path, monkeypatch, capsys)
 
 def test_published_evidence_rebuilds_the_report_and_resumes_elsewhere(tmp_path, monkeypatch, capsys):
     """Machines are not kept between working sessions: what --publish commits must be enough
-    to recompute the figures and to go on with the runs left, without checkpoints or logs."""
+    to recompute the figures and to go on with the runs left, without checkpoints or logs; the
+    report's documents go to their own folder (docs/), the figures and evidence to theirs."""
     trained = []
     monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained, fail_on="speed"))
     with pytest.raises(SystemExit, match="the speed run failed"):
@@ -152,20 +153,20 @@ def test_published_evidence_rebuilds_the_report_and_resumes_elsewhere(tmp_path, 
     (tmp_path / "out" / "uniform" / "ckpt").mkdir()
     (tmp_path / "out" / "uniform" / "ckpt" / "model.pt").write_bytes(b"\0" * 1024)
     (tmp_path / "out" / "uniform" / "train.log").write_text("many MB of engine output\n")
-    docs = tmp_path / "docs"
-    assert bench_run.main(["--report_only", "--out", str(tmp_path / "out"), "--publish", str(docs)]) == 0
-    evidence = docs / "out"
-    assert f"its evidence to {evidence}" in capsys.readouterr().out
-    assert sorted(p.name for p in docs.iterdir()) == ["accuracy.png", "out", "results.json", "summary.md"]
+    evidence, docs = tmp_path / "benchmarks" / "proving-v4" / "avx2", tmp_path / "docs" / "proving-v4" / "avx2"
+    assert bench_run.main(["--report_only", "--out", str(tmp_path / "out"), "--publish", str(evidence),
+                           "--publish_docs", str(docs)]) == 0
+    assert f"the figures and their evidence to {evidence}, the report to {docs}" in capsys.readouterr().out
+    assert sorted(p.name for p in docs.iterdir()) == ["accuracy.png", "summary.md"]
     kept = sorted(str(p.relative_to(evidence)) for p in evidence.rglob("*") if p.is_file())
-    assert kept == ["bench.json", "dapo/done.json", "dapo/metrics.jsonl", "uniform/done.json",
+    assert kept == ["bench.json", "dapo/done.json", "dapo/metrics.jsonl", "results.json", "uniform/done.json",
                     "uniform/metrics.jsonl"]  # not the unfinished speed run, no checkpoint, no train.log
 
     # Another machine: a copy of the published folder, rebuilt, then resumed.
     moved = tmp_path / "elsewhere"
     shutil.copytree(evidence, moved)
     assert bench_run.main(["--report_only", "--out", str(moved)]) == 0
-    published, rebuilt = json.load(open(docs / "results.json")), json.load(open(moved / "results.json"))
+    published, rebuilt = json.load(open(evidence / "results.json")), json.load(open(moved / "results.json"))
     assert rebuilt["summary"] == published["summary"] and rebuilt["runs"] == published["runs"]
     trained.clear()
     monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained))
@@ -175,7 +176,21 @@ def test_published_evidence_rebuilds_the_report_and_resumes_elsewhere(tmp_path, 
     assert trained == ["speed"]
     assert set(json.load(open(moved / "results.json"))["runs"]) == {"uniform", "dapo", "speed"}
 
-    # Published again: the older copy is replaced, not merged, so no run outside the report lingers.
-    (docs / "elsewhere" / "left-over").mkdir(parents=True)
-    assert bench_run.main(["--report_only", "--out", str(moved), "--publish", str(docs)]) == 0
-    assert sorted(p.name for p in (docs / "elsewhere").iterdir() if p.is_dir()) == ["dapo", "speed", "uniform"]
+    # Published again: the older run folders are replaced, not merged, so no run outside the
+    # report lingers; what is not evidence stays.
+    (evidence / "left-over-r9").mkdir()
+    (evidence / "left-over-r9" / "metrics.jsonl").write_text("{}\n")
+    (evidence / "NOTES.txt").write_text("kept")
+    assert bench_run.main(["--report_only", "--out", str(moved), "--publish", str(evidence)]) == 0
+    assert sorted(p.name for p in evidence.iterdir() if p.is_dir()) == ["dapo", "speed", "uniform"]
+    assert (evidence / "NOTES.txt").read_text() == "kept" and (evidence / "summary.md").is_file()
+    assert set(json.load(open(evidence / "results.json"))["runs"]) == {"uniform", "dapo", "speed"}
+
+    # Rebuilt in place from the published folder itself: nothing is copied onto itself.
+    assert bench_run.main(["--report_only", "--out", str(evidence), "--publish", str(evidence)]) == 0
+    assert sorted(p.name for p in evidence.iterdir() if p.is_dir()) == ["dapo", "speed", "uniform"]
+
+
+def test_publish_docs_without_publish_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="--publish_docs .* pass --publish DIR too"):
+        bench_run.main(["--report_only", "--out", str(tmp_path), "--publish_docs", str(tmp_path / "docs")])

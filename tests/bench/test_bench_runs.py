@@ -181,7 +181,9 @@ def test_target_and_target_rule_together_are_an_error(tmp_path):
     with pytest.raises(SystemExit, match="--target_rule 'uniform_gain' is not understood"):
         bench_run.main(["--target_rule", "uniform_gain", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="add uniform to --curricula"):
-        bench_run.main(["--mode", "proving", "--curricula", "dapo,speed", "--out", str(tmp_path)])
+        bench_run.main(["--mode", "proving-v4", "--curricula", "dapo,speed", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="off_final measures the off runs: add off to --curricula"):
+        bench_run.main(["--mode", "proving", "--curricula", "uniform,speed", "--out", str(tmp_path)])
     # A mode's rule gives way to an explicit --target.
     args = bench_run.build_parser().parse_args(["--mode", "proving", "--target", "0.5"])
     bench_run._settings(args)
@@ -198,14 +200,21 @@ def test_proving_preset_uses_the_proving_data(tmp_path, monkeypatch):
     asked = []
     monkeypatch.setattr(proving, "data_paths", lambda name: asked.append(name) or (str(train), str(test)))
     monkeypatch.setattr(embedded, "ensure_embedded_dataset", lambda **kw: pytest.fail("embedded data used"))
+    # v4's published tables keep their preset under its own mode.
+    args = bench_run.build_parser().parse_args(["--mode", "proving-v4", "--out", str(tmp_path)])
+    s = bench_run._settings(args)
+    assert (args.model, args.runs, args.target_rule) == ("proving-v4", 4, "uniform_gain:0.75")
+    assert args.curricula == "off,uniform,dapo,speed,speed@8,greso,speed_bayes"
+    assert tuple(s[k] for k in ("steps", "eval_every", "lr")) == (30, 2, 1e-4)
+    # v5, the paper's regime: 100 steps, the target stock OpenRLHF's final accuracy.
     args = bench_run.build_parser().parse_args(["--mode", "proving", "--out", str(tmp_path)])
     s = bench_run._settings(args)
-    assert (args.model, args.runs, args.target_rule) == ("proving", 4, "uniform_gain:0.75")
-    assert args.curricula == "off,uniform,dapo,speed,speed@8,greso,speed_bayes"
-    assert args.skip_engine is True  # its driver measurement replays the requests on raw vLLM instead
+    assert (args.model, args.runs, args.target_rule) == ("proving", 4, "off_final")
+    assert args.curricula == "off,uniform,dapo,speed"
+    assert args.skip_engine is True and args.driver_steps == 0
     sizes = ("batch", "n", "n_init", "max_new_tokens", "steps", "eval_every")
-    assert tuple(s[k] for k in sizes) == (16, 24, 4, 64, 30, 2)  # the paper's B, N and N_init
-    assert (s["eval_prompts"], s["eval_k"], s["lr"], s["warmup"]) == (1200, 1, 1e-4, 10)
+    assert tuple(s[k] for k in sizes) == (16, 24, 4, 64, 100, 5)  # the paper's B, N and N_init
+    assert (s["eval_prompts"], s["eval_k"], s["lr"], s["warmup"]) == (1200, 1, 2e-5, 10)
     got_train, got_test = bench_run._data(args, s, str(tmp_path))
     assert asked == ["proving"] and got_train == str(train)
     rows = [json.loads(line) for line in open(got_test)]
@@ -252,7 +261,10 @@ def test_report_only_rebuilds_a_multi_run_folder_with_its_rule(tmp_path, capsys)
     docs = tmp_path / "docs"
     assert bench_run.main(["--report_only", "--out", str(tmp_path), "--publish", str(docs)]) == 0
     printed = capsys.readouterr().out
-    assert sorted(p.name for p in docs.iterdir() if p.is_file()) == ["accuracy.png", "results.json", "summary.md"]
+    # Without --publish_docs the report's documents sit beside the figures and the evidence.
+    assert sorted(p.name for p in docs.iterdir() if p.is_file()) == ["accuracy.png", "bench.json", "results.json",
+                                                                     "summary.md"]
+    assert sorted(p.name for p in docs.iterdir() if p.is_dir()) == sorted(runs)
     assert "(rule uniform_gain:0.75: step-0 " in printed and "| uniform-r2 | uniform | 43 |" in printed
     results = json.load(open(tmp_path / "results.json"))
     assert set(results["summary"]) == {"uniform", "speed"} and set(results["runs"]) == set(runs)
