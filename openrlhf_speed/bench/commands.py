@@ -12,7 +12,7 @@ import sys
 # the staleness bound (2 policy versions), and a third of its tokens were re-generated
 # (proving preset, seed 42: 215,052 of 633,580 discarded in 26 steps). It keeps the driver's
 # default window (2 x B), as deep as the bound.
-GEN_PROMPTS = {"proving": 64}
+GEN_PROMPTS = {"proving": 64, "proving-v4": 64}
 NO_GEN_BATCH = ("off", "uniform")
 
 CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--speed.strategy", "dapo"]}
@@ -61,6 +61,31 @@ def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str,
         # so the figures would depend on whether the CPU has native bf16.
         cmd += ["--ds.param_dtype", "fp32", "--vllm.dtype", "float32"]
     return cmd + [a for a in args.train_args if a != "--"]
+
+
+def flag_value(train_args: list, flag: str):
+    """The last value given to `flag` among the flags after '--' (`--f v` or `--f=v`), or None."""
+    value = None
+    for i, a in enumerate(train_args):
+        if a == flag and i + 1 < len(train_args):
+            value = train_args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def run_schedule(train_args: list, device: str) -> str:
+    """The --speed.schedule the driver's runs use on `device`: the one passed after '--', or auto
+    resolved as `openrlhf-speed train` resolves it (rollout/speed_config.py). `off` generates
+    with OpenRLHF's own loop, which the flag does not change."""
+    from openrlhf_speed.rollout.speed_config import resolve_schedule
+
+    try:
+        return resolve_schedule(flag_value(train_args, "--speed.schedule") or "auto", device,
+                                feed_during_training=flag_value(train_args, "--speed.feed_during_training") or "off",
+                                async_enable="--train.async_enable" in train_args)[0]
+    except ValueError as e:
+        raise SystemExit(f"openrlhf-speed bench: error: after '--': {e}") from None
 
 
 def parse_curriculum(name: str, n_init: int) -> tuple[str, int]:

@@ -21,7 +21,13 @@ def check_resumable(meta_path: str, meta: dict) -> dict:
                          "benchmark to go on with in this --out folder; run without --resume to start one")
     with open(meta_path) as f:
         old = json.load(f)
-    changed = [key for key in RESUME_KEYS if json.loads(json.dumps(meta.get(key))) != old.get(key)]
+    now = {**json.loads(json.dumps(meta)), "settings": comparable_settings(meta.get("settings"))}
+    then = {**old, "settings": comparable_settings(old.get("settings"))}
+    changed = [key for key in RESUME_KEYS if now.get(key) != then.get(key)]
+    used, would = then["settings"]["schedule"], now["settings"]["schedule"]
+    if "settings" in changed and used != would:
+        changed[changed.index("settings")] = (f"settings (its runs used --speed.schedule {used}, these would use "
+                                              f"{would}: add `-- --speed.schedule {used}`)")
     old_plan, new_plan = plan_of(old), json.loads(json.dumps(meta["plan"]))
     dropped = [c for c in old.get("curricula", []) if c not in meta["curricula"]]
     if not dropped and any(r not in new_plan for r in old_plan):
@@ -39,6 +45,28 @@ def check_resumable(meta_path: str, meta: dict) -> dict:
     commands = old.get("commands") or [old.get("command")]
     return {**old, "curricula": meta["curricula"], "plan": new_plan, "command": meta["command"],
             "commands": commands + [meta["command"]]}
+
+
+def comparable_settings(settings) -> dict:
+    """Settings as --resume compares them: by the schedule the runs used, whether auto chose it
+    or `-- --speed.schedule` named it. A bench.json without `schedule` was written while the
+    flag's default was overlap: its runs used what its flags named, else overlap."""
+    from openrlhf_speed.bench.commands import flag_value
+
+    s = dict(settings or {})
+    passed = list(s.pop("train_args", None) or [])
+    s.setdefault("schedule", flag_value(passed, "--speed.schedule") or "overlap")
+    rest, skip = [], False
+    for a in passed:
+        if skip or a.startswith("--speed.schedule="):
+            skip = False
+            continue
+        skip = a == "--speed.schedule"
+        if not skip:
+            rest.append(a)
+    if rest:
+        s["train_args"] = rest
+    return s
 
 
 def plan_of(meta: dict) -> list:

@@ -8,7 +8,8 @@ only `--speed.strategy` changes. Figures per strategy, all floats:
     tokens_screen / _continue / _full  by phase; tokens_discarded: of rejected visits
     tokens_per_group                   tokens_total / groups_trained
     useful_token_share                 tokens of trained groups with non-constant rewards /
-                                       tokens_total (the paper's efficiency measure)
+                                       tokens_total (the paper's efficiency measure; the run's
+                                       speed/useful_token_share_cum, metrics.py)
     zero_variance_share                trained groups whose rewards are all equal / all trained
     prompts_started, prompts_skipped   visits begun, visits skipped before any rollout
 

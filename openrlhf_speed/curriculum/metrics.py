@@ -1,31 +1,45 @@
 """Per-batch curriculum metrics and the starvation messages built from them.
 
-A *window* is everything that happened between two training batches (two `pop_batch`
-calls that returned a batch). With pre-fetching, the groups trained in a batch were
-partly generated in earlier windows, so per-window ratios that mix "trained" with
-"generated" (useful-token share) can exceed 1 on single steps; the `_cum` variants divide
-run totals and stay within [0, 1].
+With pre-fetching, the groups a batch trains were partly generated before its window, and
+some of the window's responses train later. So every per-step figure counts one named set,
+and a share divides two counts of the same set (a test drives each strategy under prefetch
+and checks that every share stays in [0, 1]):
+- window: what happened between two training batches (two `pop_batch` calls that
+  returned a batch): responses returned, prompts scored, decisions made;
+- batch: the B groups trained at this step;
+- settled: the batch's responses plus those discarded in the window (rejected visits,
+  stale screenings). Each response is settled at exactly one step, or is still in flight,
+  buffered, or dropped at the end of the run.
 
 Metric keys (all floats, prefix `speed/`):
-    screen_hist_{j/n:.2f}   prompts whose first request had k of m correct, n = the
+    screen_hist_{j/n:.2f}   window: prompts whose first request had k of m correct, n = the
                             strategy's screen size (N_init for `speed`, N for `dapo`); a first
                             request of another size m (cures, speed_bayes admissions) is binned
                             at j = round(k * n / m), so the keys stay the same n + 1
-    prompts_screened / _qualified / _rejected / _skipped, qualification_rate
+    prompts_screened        window: prompts whose first request (the whole group for dapo and
+                            uniform) was scored; _qualified: of those, the ones that passed;
+                            qualification_rate = qualified / screened. Both NaN for a strategy
+                            that tests no band (uniform keeps every group: nothing qualifies)
+    prompts_rejected / _skipped   window: visits rejected (at any stage) / skipped unscored
     prompts_consumed        groups trained so far (run total)
-    tokens_screen / _continue / _full / _generated / _discarded / _trained
-    useful_token_share      tokens of trained groups with non-constant rewards / tokens
-                            generated in the window; useful_token_share_cum over the run
-    buffer_size, inflight_prompts
-    staleness_screen_mean / _max   policy_version at train - version of screening samples
-    staleness_screen_hist_{a}      trained groups whose screening is a versions old
+    tokens_screen / _continue / _full / _generated   window: tokens returned, by phase
+    tokens_discarded        window: tokens of the responses discarded in it
+    tokens_trained / _useful   batch: tokens of its groups / of those whose rewards are not all
+                            equal (the only ones with nonzero group-baseline advantages)
+    useful_token_share      settled: tokens_useful / (tokens_trained + tokens_discarded)
+    useful_token_share_cum  run totals: useful tokens trained / all tokens generated (the
+                            paper's measure; its denominator also holds tokens not yet settled,
+                            so it reads at most the per-step shares' token-weighted mean)
+    buffer_size, inflight_prompts   at the batch
+    staleness_screen_mean / _max   batch: policy_version at train - version of screening samples
+    staleness_screen_hist_{a}      batch: groups whose screening is a versions old
                                    (zero-filled for 0..max_staleness; see staleness.py)
-    prompts_rescreened_stale       groups not trained because their screening was older
+    prompts_rescreened_stale       window: groups not trained because their screening was older
                                    than max_staleness; their prompts were screened again
     max_staleness                  the bound; these three only when a bound is set
-    staleness_mean / _max          same over all samples of the batch
-    accuracy                mean reward of the trained groups (the paper's Fig. 4: ~0.5)
-    reason/<reason>         decisions in the window, per reason (skips and admissions of the
+    staleness_mean / _max          batch: same over all its samples
+    accuracy                batch: mean reward of its groups (the paper's Fig. 4: ~0.5)
+    reason/<reason>         window: decisions per reason (skips and admissions of the
                             history-based strategies too: reason/greso_skip_hard, ...)
     <strategy keys>         whatever the strategy's metrics() adds, e.g. greso_p_easy
     epoch, epoch_position   where the next prompt to start sits (ahead of the trained
@@ -145,9 +159,10 @@ def _staleness(groups: list, version: int, screen_only: bool) -> np.ndarray:
 
 
 def batch_metrics(win: Window, groups: list, cfg: SpeedConfig, *, screen_n: int,
-                  reasons: tuple, totals: dict, policy_version: int) -> dict:
+                  reasons: tuple, totals: dict, policy_version: int, qualifies: bool = True) -> dict:
     """The `speed/*` metrics of one batch. totals: run totals after this batch
-    (prompts_consumed, tokens_generated, tokens_useful)."""
+    (prompts_consumed, tokens_generated, tokens_useful); qualifies: whether the strategy
+    tests a band (else the qualification figures are NaN)."""
     m = {}
     hist = collections.Counter()
     for k in range(screen_n + 1):  # zero-filled so logger keys are stable
@@ -157,22 +172,24 @@ def batch_metrics(win: Window, groups: list, cfg: SpeedConfig, *, screen_n: int,
         hist[f"speed/screen_hist_{j / screen_n:.2f}"] += c
     m.update(hist)
 
+    nan = float("nan")
     m["speed/prompts_screened"] = win.screened
-    m["speed/prompts_qualified"] = win.qualified
+    m["speed/prompts_qualified"] = win.qualified if qualifies else nan
     m["speed/prompts_rejected"] = win.rejected
     m["speed/prompts_skipped"] = win.skipped
-    m["speed/qualification_rate"] = win.qualified / win.screened if win.screened else float("nan")
+    m["speed/qualification_rate"] = win.qualified / win.screened if qualifies and win.screened else nan
     m["speed/prompts_consumed"] = totals["prompts_consumed"]
 
     generated = sum(win.tokens.get(p, 0) for p in ("screen", "continue", "full"))
     for phase in ("screen", "continue", "full", "discarded"):
         m[f"speed/tokens_{phase}"] = win.tokens.get(phase, 0)
     m["speed/tokens_generated"] = generated
-    m["speed/tokens_trained"] = sum(g.num_tokens for g in groups)
-    useful = useful_tokens(groups)
-    m["speed/useful_token_share"] = useful / generated if generated else float("nan")
+    trained = m["speed/tokens_trained"] = sum(g.num_tokens for g in groups)
+    useful = m["speed/tokens_useful"] = useful_tokens(groups)
+    settled = trained + win.tokens.get("discarded", 0)
+    m["speed/useful_token_share"] = useful / settled if settled else nan
     gen_total = totals["tokens_generated"]
-    m["speed/useful_token_share_cum"] = totals["tokens_useful"] / gen_total if gen_total else float("nan")
+    m["speed/useful_token_share_cum"] = totals["tokens_useful"] / gen_total if gen_total else nan
 
     for name, screen_only in (("staleness_screen", True), ("staleness", False)):
         ages = _staleness(groups, policy_version, screen_only)

@@ -184,6 +184,7 @@ class Scheduler:
         metrics = batch_metrics(
             self._window, groups, cfg, screen_n=self.strategy.screen_n(cfg),
             reasons=self.strategy.reasons, totals=self._totals, policy_version=self.policy_version,
+            qualifies=self.strategy.qualifies,
         )
         metrics.update({
             "speed/buffer_size": float(len(self._ready)),

@@ -94,6 +94,7 @@ class Strategy:
     name = "base"
     reasons: tuple[str, ...] = ()
     uses_n_init = False  # True when --speed.n_init sizes (some of) the first requests
+    qualifies = True  # False when no band is tested (uniform): no qualification figures
 
     def __init__(self, config: SpeedConfig) -> None:
         self.config = config
@@ -207,6 +208,7 @@ class UniformStrategy(Strategy):
 
     name = "uniform"
     reasons = ("uniform_kept",)
+    qualifies = False
 
     def after_scored(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> Decision:
         return Decision(ACCEPT, "uniform_kept")

@@ -1,6 +1,8 @@
 """The SPEED driver's configuration from the parsed flags (`--speed.*` and the OpenRLHF
-flags it reads). Here, below cli/, because both sides need it: cli/flags.py validates and
-plans with it, and our trainer (rollout/trainer.py, a Ray actor) builds the driver from it.
+flags it reads), and the schedule `--speed.schedule auto` stands for on a device. Here,
+below cli/, because every side needs it: cli/flags.py validates and plans with it, our
+trainer (rollout/trainer.py, a Ray actor) builds the driver from it, and the benchmark
+records the schedule its runs use (bench/commands.py).
 """
 
 
@@ -37,3 +39,31 @@ def speed_config(args):
         bayes_skip_confidence=s.bayes_skip_confidence,
         bayes_admit_confidence=s.bayes_admit_confidence,
     )
+
+
+SCHEDULES = ("auto", "overlap", "serial")
+
+
+def resolve_schedule(requested: str, device: str, *, feed_during_training: str = "off",
+                     async_enable: bool = False, generation_only: bool = False) -> tuple:
+    """(schedule, reason) for `--speed.schedule`: an explicit overlap or serial as given; auto
+    becomes serial where the engines share the CPU with the actor (the CPU mode: the overlap
+    slows the actor's passes more than it hides, docs/cpu.md) and overlap where they have
+    devices of their own. A flag that keeps the engines generating while the actor works
+    (--speed.feed_during_training on, --train.async_enable) makes auto overlap: serial
+    would contradict it; so does --train.generation_only, where the actor never works and
+    serial would only stop the stream being measured. device: "cpu" or "cuda", as
+    compat/device.py decided for the run."""
+    if requested not in SCHEDULES:
+        raise ValueError(f"--speed.schedule {requested!r}: expected one of {', '.join(SCHEDULES)}")
+    if requested != "auto":
+        return requested, "--speed.schedule " + requested
+    for on, flag in ((feed_during_training == "on", "--speed.feed_during_training on"),
+                     (async_enable, "--train.async_enable")):
+        if on:
+            return "overlap", f"auto: {flag} keeps the engines generating while the actor works"
+    if generation_only:
+        return "overlap", "auto: --train.generation_only has no actor work to idle the engines for"
+    if device == "cpu":
+        return "serial", "auto: engines share the CPU with the actor"
+    return "overlap", "auto: engines have devices of their own"

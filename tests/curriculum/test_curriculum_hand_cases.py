@@ -68,7 +68,9 @@ def test_speed_exact_sequence_and_metrics():
         "speed/prompts_skipped": 0, "speed/qualification_rate": 0.5, "speed/prompts_consumed": 2,
         "speed/tokens_screen": 200, "speed/tokens_continue": 140, "speed/tokens_full": 0,
         "speed/tokens_discarded": 60, "speed/tokens_generated": 340, "speed/tokens_trained": 280,
-        "speed/useful_token_share": 280 / 340, "speed/useful_token_share_cum": 280 / 340,
+        "speed/tokens_useful": 280,
+        # Settled this step: the batch's 280 tokens and the 60 discarded with the rejected screenings.
+        "speed/useful_token_share": 280 / (280 + 60), "speed/useful_token_share_cum": 280 / 340,
         "speed/staleness_screen_mean": 2, "speed/staleness_screen_max": 2,
         "speed/staleness_mean": 1.5, "speed/staleness_max": 2, "speed/accuracy": 0.5,
         "speed/reason/screen_all_wrong": 1, "speed/reason/screen_all_correct": 1,
@@ -117,12 +119,16 @@ def test_uniform_keeps_everything():
     assert [g.prompt_index for g in b1.groups + b2.groups] == order
     assert b1.metrics["speed/reason/uniform_kept"] == 4 and b1.metrics["speed/prompts_rejected"] == 0
     assert b2.metrics["speed/prompts_screened"] == 0  # nothing new generated in its window
-    useful = sum(4 * TOKENS[p] for p in order[:2] if p in (2, 3))  # only 2 and 3 are mixed
-    assert b1.metrics["speed/useful_token_share"] == pytest.approx(useful / 400)
-    # The second batch's window generated nothing: the per-step share is undefined (nan),
-    # the run share is not.
-    assert math.isnan(b2.metrics["speed/useful_token_share"])
+    # Each step's share is over its own trained groups (uniform discards nothing), whichever
+    # window generated them: the second batch's window generated nothing, yet its share is defined.
+    for batch, prompts in ((b1, order[:2]), (b2, order[2:])):
+        useful = sum(4 * TOKENS[p] for p in prompts if p in (2, 3))  # only 2 and 3 are mixed
+        assert batch.metrics["speed/tokens_useful"] == useful
+        assert batch.metrics["speed/useful_token_share"] == pytest.approx(
+            useful / sum(4 * TOKENS[p] for p in prompts))
     assert b2.metrics["speed/useful_token_share_cum"] == pytest.approx(280 / 400)
+    # Uniform tests no band: no prompt "qualified", so no rate of 1.0 that reads like SPEED's.
+    assert math.isnan(b1.metrics["speed/prompts_qualified"]) and math.isnan(b1.metrics["speed/qualification_rate"])
     assert sched.exhausted
 
 

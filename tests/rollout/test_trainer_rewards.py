@@ -1,4 +1,4 @@
-"""Issue 15 (2): a missing or non-finite reward never reaches OpenRLHF's advantages
+"""A missing or non-finite reward never reaches OpenRLHF's advantages
 (`--speed.strategy off` path), and reward problems show on the console line."""
 
 import math
@@ -34,6 +34,14 @@ def test_step_line_shows_reward_problems_only_when_there_are_some():
     assert "reward errors 2 timeouts 5 refused 0" in step_line(3, {"reward/errors": 2.0, "reward/timeouts": 5.0})
 
 
+def test_step_line_leaves_out_a_curriculum_figure_that_does_not_apply():
+    # Uniform tests no band: its qualification rate is NaN, not a "qualified 1.00" to misread.
+    line = step_line(3, {"speed/qualification_rate": float("nan"), "speed/useful_token_share_cum": 0.5})
+    assert "qualified" not in line and "useful_tokens 0.50" in line
+    assert "qualified 0.25" in step_line(3, {"speed/qualification_rate": 0.25})
+    assert "loss nan" in step_line(3, {"policy_loss": float("nan")})  # a NaN loss is shown, not hidden
+
+
 def response(reward, length):
     return SimpleNamespace(rewards=torch.tensor([reward]), response_length=torch.tensor([length]))
 
@@ -43,6 +51,6 @@ def test_stock_openrlhf_step_in_the_drivers_token_terms():
     samples = [response(1.0, 10), response(0.0, 20), response(1.0, 30), *(response(1.0, 5) for _ in range(3))]
     m = group_token_metrics(samples, n=3)
     assert m["speed/tokens_generated"] == m["speed/tokens_full"] == m["speed/tokens_trained"] == 75
-    assert m["speed/useful_token_share"] == pytest.approx(60 / 75)
+    assert m["speed/useful_token_share"] == pytest.approx(60 / 75) and m["speed/tokens_useful"] == 60
     # A batch that is not whole groups (dynamic filtering) gets counts but no share.
     assert "speed/useful_token_share" not in group_token_metrics(samples[:4], n=3)
