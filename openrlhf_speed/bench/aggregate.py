@@ -23,7 +23,9 @@ import math
 from collections import Counter
 from typing import Optional
 
-RULE_KINDS = ("uniform_gain",)
+RULE_KINDS = ("uniform_gain", "off_final")
+# The curriculum whose runs each rule measures: a benchmark with the rule must run it.
+RULE_BASE = {"uniform_gain": "uniform", "off_final": "off"}
 
 
 def run_key(curriculum: str, index: int, runs: int) -> str:
@@ -41,15 +43,20 @@ def run_plan(curricula: list, runs: int, seed: int) -> list:
 
 
 def parse_target_rule(text: str) -> tuple[str, float]:
-    """('uniform_gain', F) from 'uniform_gain:F'; a ValueError that names the flag otherwise."""
+    """('uniform_gain', F) from 'uniform_gain:F', ('off_final', 1.0) from 'off_final'; a
+    ValueError that names the flag otherwise."""
+    if (text or "").strip() == "off_final":
+        return "off_final", 1.0
     kind, sep, value = (text or "").partition(":")
     try:
         fraction = float(value)
     except ValueError:
         fraction = float("nan")
-    if kind not in RULE_KINDS or not sep or not 0.0 < fraction <= 1.0:
+    if kind != "uniform_gain" or not sep or not 0.0 < fraction <= 1.0:
         raise ValueError(f"--target_rule {text!r} is not understood: use uniform_gain:F with F in (0, 1], e.g. "
-                         "uniform_gain:0.75 (target = step-0 accuracy + F x the uniform runs' gain)")
+                         "uniform_gain:0.75 (target = step-0 accuracy + F x the uniform runs' gain), or off_final "
+                         "(target = stock OpenRLHF's final accuracy: the mean over the off runs of their last two "
+                         "evaluations)")
     return kind, fraction
 
 
@@ -178,6 +185,9 @@ def rule_line(info: Optional[dict]) -> str:
     """How the rule's target was computed, for the report's first line."""
     if not info or info.get("target") is None:
         return ""
+    if info["rule"] == "off_final":
+        return (f"rule off_final: stock OpenRLHF's final accuracy {info['baseline_final']:.4f} (mean over the off runs "
+                f"of their last two evaluations; step-0 {info['start']:.4f})")
     return (f"rule {info['rule']}: step-0 {info['start']:.4f} + {info['fraction']:g} x uniform gain "
             f"{info['gain']:.4f} (final {info['baseline_final']:.4f})")
 
@@ -296,6 +306,27 @@ def _num(record: dict, key: str) -> float:
     return 0.0 if v is None or is_nan(v) else float(v)
 
 
+def useful_tokens(step: dict):
+    """The tokens of a step's trained groups whose rewards are not all equal, or None when the
+    step does not say. Step logs without `speed/tokens_useful` give them through their share,
+    then useful / tokens generated in the window, NaN when the window generated nothing (its
+    trained tokens must not count as zero-variance: that read DAPO, which trains no such
+    group, as 0.33 zero-variance)."""
+    if step.get("speed/tokens_useful") is not None:
+        return _num(step, "speed/tokens_useful")
+    share = step.get("speed/useful_token_share")
+    return None if share is None or is_nan(share) else share * _num(step, "speed/tokens_generated")
+
+
+def qualification_rate(steps: list) -> float:
+    """Prompts qualified / prompts screened over the steps that count qualification (NaN for a
+    curriculum that tests no band: uniform logs NaN, `off` logs nothing)."""
+    counted = [s for s in steps if s.get("speed/prompts_qualified") is not None
+               and not is_nan(s["speed/prompts_qualified"])]
+    screened = sum(_num(s, "speed/prompts_screened") for s in counted)
+    return sum(_num(s, "speed/prompts_qualified") for s in counted) / screened if screened else float("nan")
+
+
 def mechanism(steps: list) -> dict:
     """A run's mechanism columns from its step records: tokens per step by phase, qualification
     rate, share of trained tokens in groups with zero reward variance (uniform's wasted groups), mean gradient norm,
@@ -305,20 +336,15 @@ def mechanism(steps: list) -> dict:
         return {}
     per_step = {p: sum(_num(s, f"speed/tokens_{p}") for s in steps) / n
                 for p in ("screen", "continue", "full", "discarded", "trained")}
-    screened = sum(_num(s, "speed/prompts_screened") for s in steps)
-    qualified = sum(_num(s, "speed/prompts_qualified") for s in steps)
     gen_s = sum(_num(s, "timing/generation") for s in steps)
     gen_tokens = sum(_num(s, "speed/tokens_generated") for s in steps)
-    # Token-weighted: the trained tokens of groups whose rewards are all equal (no gradient),
-    # from the useful-token share the driver logs (useful / generated) and the trained tokens.
-    # Steps that log no share (`off` before it did) are left out, not counted as all-zero, and so
-    # are steps whose share is NaN: nothing was generated in their window (DAPO or SPEED training
-    # from the buffer), and counting their trained tokens without their useful ones read DAPO,
-    # which trains no zero-variance group, as 0.33 zero-variance.
-    shared = [s for s in steps if s.get("speed/useful_token_share") is not None
-              and not is_nan(s["speed/useful_token_share"])]
-    useful = sum(_num(s, "speed/useful_token_share") * _num(s, "speed/tokens_generated") for s in shared)
-    trained = sum(_num(s, "speed/tokens_trained") for s in shared)
+    # Token-weighted: the trained tokens of groups whose rewards are all equal (no gradient).
+    # Steps that log neither the useful tokens nor a share (`off` before it did) are left out,
+    # not counted as all-zero.
+    counted = [(useful, _num(s, "speed/tokens_trained")) for s in steps
+               if (useful := useful_tokens(s)) is not None]
+    useful = sum(u for u, _ in counted)
+    trained = sum(t for _, t in counted)
     grads = [s["actor_grad_norm"] for s in steps if s.get("actor_grad_norm") is not None
              and not is_nan(s["actor_grad_norm"])]
     acc = []
@@ -326,7 +352,7 @@ def mechanism(steps: list) -> dict:
         acc = acc or [s[key] for s in steps if s.get(key) is not None and not is_nan(s[key])]
     nan = float("nan")
     return {**{f"tokens_per_step_{p}": v for p, v in per_step.items()},
-            "qualification_rate": qualified / screened if screened else nan,
+            "qualification_rate": qualification_rate(steps),
             "zero_variance_share": 1.0 - useful / trained if trained else nan,
             "grad_norm_mean": sum(grads) / len(grads) if grads else nan,
             "trained_accuracy_mean": sum(acc) / len(acc) if acc else nan,

@@ -42,6 +42,7 @@ from openrlhf_speed.bench import aggregate as agg
 from openrlhf_speed.bench import claims as cl
 from openrlhf_speed.bench import driver as drv
 from openrlhf_speed.bench import evidence as ev
+from openrlhf_speed.bench import levels as lv
 
 
 # (label, metrics key): generation is the driver's wait for the engines; the rest of the
@@ -98,7 +99,7 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
     final = evals[-1] if evals else {}
     share = last.get("speed/useful_token_share_cum", float("nan"))
     overhead_s = agg.sum_key(steps, "timing_parts/curriculum_overhead")
-    screened, qualified = agg.sum_key(steps, "speed/prompts_screened"), agg.sum_key(steps, "speed/prompts_qualified")
+    screened = agg.sum_key(steps, "speed/prompts_screened")
     return {
         "steps": len(steps),
         "train_wall_s": wall,
@@ -122,7 +123,7 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
         "useful_tokens_per_s": share * tokens["generated"] / wall if wall else float("nan"),
         "zero_gradient_steps": sum(1 for st in steps if st.get("actor_grad_norm", 1.0) == 0.0),
         "prompts_screened": screened,
-        "qualification_rate": qualified / screened if screened else float("nan"),
+        "qualification_rate": agg.qualification_rate(steps),
         "generation_s": gen_s,
         "generation_tokens_per_s": tokens["generated"] / gen_s if gen_s else float("nan"),
         "train_s": agg.sum_key(steps, "timing/ppo_train"),
@@ -136,7 +137,7 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
 
 
 def build_report(runs: dict, target: Optional[float], settings: Optional[dict] = None,
-                 groups: Optional[dict] = None, rule: Optional[str] = None) -> dict:
+                 groups: Optional[dict] = None, rule: Optional[str] = None, engine_curve: Optional[dict] = None) -> dict:
     """The report of runs {run key: run}; groups maps a run key to its curriculum (default:
     the key itself, one run each); rule is a --target_rule, exclusive with target."""
     if target is not None and rule is not None:
@@ -149,8 +150,9 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
     auto = auto_target(runs) if target is None and rule is None else None
     rule_info = None
     if rule is not None:
-        rule_info = agg.uniform_gain_target({k: run_summary(r, None) for k, r in runs.items()}, groups,
-                                            agg.parse_target_rule(rule)[1])
+        kind, fraction = agg.parse_target_rule(rule)
+        rule_info = (lv.final_rule(runs, groups) if kind == "off_final" else
+                     agg.uniform_gain_target({k: run_summary(r, None) for k, r in runs.items()}, groups, fraction))
     chosen = target if target is not None else (rule_info["target"] if rule_info else auto)
     run_rows = {key: {"curriculum": groups[key], **run_summary(run, chosen)} for key, run in runs.items()}
     summary = agg.group(run_rows, groups)  # aggregate skips the text field "curriculum"
@@ -179,6 +181,10 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
               "runs_summary": run_rows, "speedups": sp, "speedup_notes": sp_why}
     report["claims"] = cl.check(report, settings)
     report["evidence"] = ev.build(runs, groups, chosen, settings)
+    ours = [c for c in dict.fromkeys(groups.values()) if ev.is_ours(c)]
+    batch = int((settings or {}).get("batch", 0) or 0)
+    report["levels"] = lv.table(runs, groups, lv.clock_sets(runs, groups, responses, batch, engine_curve), ours)
+    report["headline"] = lv.headline(report["levels"])
     return report
 
 
@@ -291,6 +297,7 @@ def table_markdown(report: dict) -> str:
                         for n, s in report["summary"].items())]
     if report.get("evidence"):
         lines += ev.markdown(report["evidence"])
+    lines += lv.markdown(report.get("levels"))
     if report.get("engine"):
         e = report["engine"]
         lines += ["", f"engine limit on the same requests: {e['tokens_per_s']:.0f} tokens/s "
@@ -366,11 +373,14 @@ def plot(runs: dict, report: dict, path: str) -> None:
 def write_all(out_dir: str, runs: dict, report: dict) -> dict:
     """results.json, results.csv, summary.md, accuracy.png in out_dir; returns their paths."""
     paths = {k: os.path.join(out_dir, f) for k, f in
-             (("json", "results.json"), ("csv", "results.csv"), ("md", "summary.md"), ("png", "accuracy.png"))}
+             (("json", "results.json"), ("csv", "results.csv"), ("md", "summary.md"), ("png", "accuracy.png"),
+              ("levels_png", "speedup_levels.png"))}
     with open(paths["json"], "w") as f:
         json.dump({**report, "runs": runs}, f, indent=1, default=str)
     write_csv(runs, paths["csv"], report)
     with open(paths["md"], "w") as f:
         f.write(table_markdown(report) + "\n")
     plot(runs, report, paths["png"])
+    if not lv.plot(report.get("levels"), paths["levels_png"]):
+        del paths["levels_png"]
     return paths

@@ -41,9 +41,10 @@ Presets (`--mode`; every flag below overrides its preset's value):
     tiny        default      1     auto                 CI: the whole path (runs, evals, report, plot) in minutes
     quick       default      1     auto                 token accounting and the report on 2 CPU cores, not accuracy
     full        default      1     auto                 the README figures on the embedded model (about 90 min on CPU)
-    proving     proving      4     uniform_gain:0.75    time to accuracy on the proving-ground model, which learns
-                                                        in minutes, with the paper's settings (below); its own RL
-                                                        prompts and held-out split
+    proving     proving      4     off_final            time to stock OpenRLHF's final accuracy on proving ground
+                                                        v5 (100 steps, the paper's regime) and the speedup at every
+                                                        target level (presets.py)
+    proving-v4  proving-v4   4     uniform_gain:0.75    the published v4 tables (30 steps; benchmarks/proving-v4)
     proving-ci  proving-ci   1     auto                 CI: the proving-ground path end to end at its smallest
 """
 
@@ -61,62 +62,16 @@ import sys
 import time
 
 from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import concurrency as conc
 from openrlhf_speed.bench import driver as drv
 from openrlhf_speed.bench import publish as pub
 from openrlhf_speed.bench import report as rep
 from openrlhf_speed.bench import resume
-from openrlhf_speed.bench.commands import parse_curriculum, train_command, warmup_ratio  # noqa: F401 (API)
+from openrlhf_speed.bench.commands import (parse_curriculum, run_schedule, train_command,  # noqa: F401 (API)
+                                           warmup_ratio)
 
-# B prompts x N responses, response limit, steps, eval period, held-out prompts x samples;
-# the training sizes (train_batch, micro, train_micro: None means B x N, min(B x N, 16),
-# min(micro, 8)) and warm-up optimizer steps live in TRAIN_DEFAULTS unless a preset sets them.
-PRESETS = {
-    # CI: proves the whole path (3 runs, evals, report, plot) in a few minutes.
-    "tiny": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=1, eval_every=1, eval_prompts=8, eval_k=2,
-                 n_train=64, lr=1e-5),
-    # About 10-15 minutes on 2 CPU cores: the token accounting and the report, not accuracy.
-    "quick": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=2, eval_every=1, eval_prompts=16, eval_k=2,
-                  n_train=200, lr=1e-5),
-    # The README figures, sized to finish in about 90 minutes on 2 CPU cores (a start-up of
-    # 1.5 min, 16 steps of 60-90 s and 5 evaluations per curriculum); on a GPU, raise
-    # --steps, --batch and --n towards the paper's (B=256 x N=24 on DAPO-17k).
-    "full": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=16, eval_every=4, eval_prompts=64, eval_k=2,
-                 n_train=1000, lr=1e-5),
-    # The paper's §5.1 where the proving ground allows: N = 24 responses, N_init 4 (speed@8 is
-    # the N_init 8 row), 16 prompts a step, SPEED's generation batch 64 prompts (commands.GEN_PROMPTS),
-    # a linear lr warm-up of 10 steps, held-out accuracy with evaluation and checkpoints off the
-    # clock. Departures, each for a reason:
-    # - 30 steps of 16 prompts (480 prompts, the RL split's size at one epoch), not the
-    #   paper's hundreds of steps of 256: the 1.8M model learns in that budget on 2 cores;
-    # - max_new_tokens 64: the proving ground's answers are a few tokens (the paper: 8k);
-    # - lr 1e-4 (the paper: 1e-6 on 7B): set on uniform runs only, before any SPEED run;
-    #   1e-3 collapsed the model (batch reward 0.44 -> 0.004 in 6 steps), 3e-4 degraded it;
-    # - evaluation every 2 steps on the whole held-out split (1200 prompts x 1 sample), not
-    #   the paper's AIME/MATH500: the proving ground has its own held-out arithmetic;
-    # - target: a rule on uniform's gain (uniform_gain:0.75) fixed before the runs, since the
-    #   paper's per-benchmark targets do not apply to this model.
-    "proving": dict(batch=16, n=24, n_init=4, max_new_tokens=64, steps=30, eval_every=2, eval_prompts=1200,
-                    eval_k=1, n_train=0, lr=1e-4, warmup=10),
-    # CI for the proving-ground path: its small variant, one seed, two steps.
-    "proving-ci": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=2, eval_every=1, eval_prompts=32, eval_k=1,
-                       n_train=0, lr=1e-4),
-}
-
-TRAIN_DEFAULTS = dict(train_batch=None, micro=None, train_micro=None, warmup=0)
-
-# Steps of the driver measurement: enough for the stream to pass its start-up and fill the
-# engines (128 prompts at the proving mode's B = 8), few enough to cost a few minutes.
-DRIVER_STEPS = 16
-# What a mode chooses besides sizes; explicit flags (--model, --runs, --target, --target_rule) win.
-MODE_DEFAULTS = {
-    # The driver measurement's replay is the raw engine on the very requests, so the older
-    # engine measurement (B x steps prompts x N, about 6 minutes here) is skipped.
-    "proving": dict(model="proving", runs=4, target_rule="uniform_gain:0.75", driver_steps=DRIVER_STEPS,
-                    skip_engine=True, curricula="off,uniform,dapo,speed,speed@8,greso,speed_bayes"),
-    "proving-ci": dict(model="proving-ci", runs=1),
-}
-DEFAULTS = dict(model="default", runs=1, target_rule=None, driver_steps=0, skip_engine=False,
-                curricula="uniform,dapo,speed")
+from openrlhf_speed.bench.presets import (DEFAULTS, DRIVER_STEPS, MODE_DEFAULTS, PRESETS,  # noqa: F401
+                                            TRAIN_DEFAULTS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,10 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "again from their start; the settings, seeds and target must be those of its bench.json. "
                    "--curricula may add curricula to it (e.g. speed@8,greso), none may be left out")
     p.add_argument("--publish", default=None,
-                   help="also copy results.json, summary.md and accuracy.png into this folder (e.g. docs/), and the "
-                   "evidence they come from (bench.json, each finished run's metrics.jsonl and done.json; no "
-                   "checkpoints or train.log) into its sub-folder named like --out, which --report_only reads and "
-                   "--resume goes on with on another machine of the same kind")
+                   help="also copy results.json and the evidence it comes from (bench.json, each finished run's "
+                   "metrics.jsonl and done.json; no checkpoints or train.log) into this folder (e.g. "
+                   "benchmarks/proving-v4/avx2), which --report_only reads and --resume goes on with on another "
+                   "machine of the same kind (publish.py)")
+    p.add_argument("--publish_docs", default=None,
+                   help="with --publish: copy the report's documents, summary.md and accuracy.png, into this folder "
+                   "(e.g. docs/proving-v4/avx2) instead of beside the evidence")
+    p.add_argument("--engine_curve", default=None,
+                   help="an `openrlhf-speed engine-curve` JSON of this machine's engine: the report adds a projection "
+                   "pricing each step's generation by this curve at the step's concurrency (bench/concurrency.py)")
     p.add_argument("train_args", nargs=argparse.REMAINDER,
                    help="after '--': flags passed to every `openrlhf-speed train` run unchanged")
     return p
@@ -208,6 +169,11 @@ def _settings(args) -> dict:
     passed = [a for a in getattr(args, "train_args", None) or [] if a != "--"]
     if passed:
         s["train_args"] = passed
+    # Which schedule the driver's runs use, resolved as each run resolves auto on this machine:
+    # auto depends on the machine, so the flags alone do not say it (resume.py compares it).
+    from openrlhf_speed.compat import device
+
+    s["schedule"] = run_schedule(passed, device.decide(cluster_resources=None)[0])
     return s
 
 
@@ -390,12 +356,16 @@ def main(argv=None) -> int:
     curricula = [c.strip() for c in args.curricula.split(",") if c.strip()]
     if not curricula:
         raise SystemExit("openrlhf-speed bench: error: --curricula is empty")
+    if args.publish_docs and not args.publish:
+        raise SystemExit(f"openrlhf-speed bench: error: --publish_docs {args.publish_docs} only says where --publish "
+                         "puts the report's documents; pass --publish DIR too (e.g. benchmarks/proving-v4/avx2)")
     if args.resume and (args.report_only or args.driver_only or not args.out):
         raise SystemExit("openrlhf-speed bench: error: --resume goes on with the runs of an earlier benchmark: give "
                          "its --out folder, without --report_only or --driver_only")
-    if args.target_rule is not None and "uniform" not in curricula and not args.report_only:
-        raise SystemExit(f"openrlhf-speed bench: error: --target_rule {args.target_rule} measures the uniform runs' "
-                         "gain: add uniform to --curricula, or pass a fixed --target")
+    rule_base = agg.RULE_BASE[agg.parse_target_rule(args.target_rule)[0]] if args.target_rule is not None else None
+    if rule_base and rule_base not in curricula and not args.report_only:
+        raise SystemExit(f"openrlhf-speed bench: error: --target_rule {args.target_rule} measures the {rule_base} "
+                         f"runs: add {rule_base} to --curricula, or pass a fixed --target")
     os.makedirs(out, exist_ok=True)
     if args.driver_only:
         _driver(args, s, *_data(args, s, out), out)
@@ -423,7 +393,7 @@ def main(argv=None) -> int:
         target = args.target_rule or (args.target if args.target is not None else "auto")
         print(f"[bench] {len(curricula)} curricula x {args.runs} run(s) x {s['steps']} steps (B={s['batch']} "
               f"N={s['n']}, eval every {s['eval_every']} on {s['eval_prompts']} prompts x {s['eval_k']}, target "
-              f"{target}) -> {out}", flush=True)
+              f"{target}, schedule {s['schedule']}) -> {out}", flush=True)
         _train_all(args, s, plan, train, test, out)
         # A resumed benchmark keeps the engine and driver measurements it has: they measure
         # the engine on this settings and machine kind, which --resume has checked are the same.
@@ -459,7 +429,13 @@ def main(argv=None) -> int:
     if not runs:
         raise SystemExit(f"openrlhf-speed bench: error: no run logs (*/metrics.jsonl) in {out}")
     target, rule = _report_target(args, meta)
-    report = rep.build_report(runs, target, meta.get("settings"), groups=groups, rule=rule)
+    curve = None
+    if args.engine_curve:
+        try:
+            curve = conc.load_curve(args.engine_curve)
+        except ValueError as e:
+            raise SystemExit(f"openrlhf-speed bench: error: --engine_curve {e}") from None
+    report = rep.build_report(runs, target, meta.get("settings"), groups=groups, rule=rule, engine_curve=curve)
     for key, seed in seeds.items():
         report["runs_summary"][key]["seed"] = seed
     report["engine"] = json.load(open(engine_path)) if os.path.isfile(engine_path) else None
@@ -468,8 +444,10 @@ def main(argv=None) -> int:
                   start_model=rep.start_model(meta.get("model")))
     paths = rep.write_all(out, runs, report)
     if args.publish:
-        evidence = pub.publish(out, args.publish, [paths[k] for k in ("json", "md", "png")], list(runs))
-        print(f"[bench] published the report to {args.publish} and its evidence to {evidence}", flush=True)
+        reports = {k: paths[k] for k in ("json", "md", "png", "levels_png") if k in paths}
+        evidence = pub.publish(out, args.publish, reports, list(runs), docs=args.publish_docs)
+        print(f"[bench] published the figures and their evidence to {evidence}, the report to "
+              f"{args.publish_docs or evidence}", flush=True)
     print(rep.table_markdown(report), flush=True)
     print(f"[bench] wrote {', '.join(paths.values())}", flush=True)
     return 0

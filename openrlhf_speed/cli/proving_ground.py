@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--split", choices=("train", "test"), default="train")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--out", default=None, help="folder for difficulty.json and difficulty.md")
+    d.add_argument("--model", default=None,
+                   help="an HF folder to measure instead of the shipped start model, e.g. a run's --ckpt.save_hf "
+                   "checkpoint: how the frontier moved during training (the variant still gives the prompts)")
     d.add_argument("--ship", action="store_true",
                    help="store the result beside the shipped model and re-pin the manifest (maintainers)")
     sh = sub.add_parser("ship", help="copy a build folder into the package as the shipped variant (maintainers)")
@@ -65,7 +68,11 @@ def _build(args) -> int:
     from openrlhf_speed.proving import build as pg
     from openrlhf_speed.proving.ship import compare
 
-    out = pg.build(args.variant, seed=args.seed, out=args.out, force=args.force)
+    from openrlhf_speed.proving import get_variant, shipped
+
+    source = get_variant(args.variant).weights_from  # v5 starts from v4's shipped weights
+    out = pg.build(args.variant, seed=args.seed, out=args.out, force=args.force,
+                   weights_dir=shipped.path(source) if source else None)
     text, _ = compare(args.variant, out)
     print(text)
     print(out)
@@ -85,13 +92,23 @@ def _difficulty(args) -> int:
 
     if args.samples < 1 or args.prompts < 0:
         raise SystemExit("openrlhf-speed proving-ground: error: --samples must be >= 1 and --prompts >= 0")
+    if args.model and args.ship:
+        raise SystemExit("openrlhf-speed proving-ground: error: --ship stores the shipped start model's difficulty; "
+                         "a --model checkpoint's goes to --out")
     base = shipped.path(args.variant)
+    model = Path(args.model) if args.model else base
+    if not (model / "config.json").is_file():
+        raise SystemExit(f"openrlhf-speed proving-ground: error: --model {model} has no config.json: give an HF folder "
+                         "(a run's --ckpt.save_hf checkpoint or its --ckpt.output_dir)")
     rows = load_rows(str(base / "data" / f"{args.split}.jsonl"), args.prompts or None)
-    print(f"[proving] sampling {len(rows)} {args.split} prompts x {args.samples} from {base}", flush=True)
-    result = measure(base, rows, samples=args.samples, seed=args.seed, split=args.split)
-    result["model_weights_sha256"] = shipped.read_manifest()[f"{base.name}/{shipped.WEIGHTS}"]
+    print(f"[proving] sampling {len(rows)} {args.split} prompts x {args.samples} from {model}", flush=True)
+    result = measure(model, rows, samples=args.samples, seed=args.seed, split=args.split)
+    weights = model / shipped.WEIGHTS
+    result["model_weights_sha256"] = (shipped.sha256_file(weights) if args.model and weights.is_file() else
+                                      shipped.read_manifest().get(f"{base.name}/{shipped.WEIGHTS}"))
     result["command"] = ("openrlhf-speed proving-ground difficulty " + f"--variant {args.variant} --samples "
-                         f"{args.samples} --prompts {args.prompts} --split {args.split} --seed {args.seed}")
+                         f"{args.samples} --prompts {args.prompts} --split {args.split} --seed {args.seed}"
+                         + (f" --model {args.model}" if args.model else ""))
     text = shipped.format_difficulty(result) + f"\n({result['seconds']:.0f}s, {result['torch_threads']} threads)"
     print(text)
     for folder in ([Path(args.out)] if args.out else []) + ([base] if args.ship else []):

@@ -12,7 +12,9 @@ minutes, so SPEED's time to accuracy can be measured with real learning curves.
   and a build here is compared with it rather than used in its place.
 - Held-out safety: the RL test split is drawn first (data/build.py's rules); supervised
   examples and RL train prompts never use its keys, so held-out accuracy is not recall.
-- Written atomically into the cache (`<cache>/models/proving-<variant>-v<VERSION>`): an
+- A variant with `weights_from` (v5) copies another variant's shipped weights instead of
+  training: only its RL prompts are new.
+- Written atomically into the cache (`<cache>/models/proving-<variant>-v<version>`): an
   interrupted build leaves nothing that a later run would load. build.json records the
   recipe, the command, the machine and the CPU that made it (`provenance`).
 """
@@ -191,6 +193,23 @@ def train_sft(v: Variant, seed: int, tok, excluded: set[str], log_every: int = 5
     return model, {"parameters": n_params, "sft_seconds": round(time.time() - t0, 1), "sft_tokens": tokens}
 
 
+def inherited_weights(v: Variant, src: Path):
+    """(model, build info) for a variant that starts from another one's shipped weights, read
+    from `src`, its verified shipped folder (the caller resolves it: shipped.path), not trained,
+    so they are the same bit for bit on every machine (a rebuild would depend on the CPU kind)."""
+    import hashlib
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(src), dtype="float32")
+    model.eval()
+    digest = hashlib.sha256((Path(src) / "model.safetensors").read_bytes()).hexdigest()
+    print(f"[proving] '{v.name}' starts from the shipped '{v.weights_from}' weights ({Path(src).name}, sha256 "
+          f"{digest[:12]}...): no supervised training", flush=True)
+    return model, {"weights_from": v.weights_from, "weights_from_folder": Path(src).name, "weights_sha256": digest,
+                   "parameters": sum(p.numel() for p in model.parameters())}
+
+
 def write_rl_data(v: Variant, splits: dict, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
@@ -223,15 +242,13 @@ def provenance(variant: str, seed: int) -> dict:
 
     import torch
 
-    from openrlhf_speed.proving.recipe import VERSION
-
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
                                 capture_output=True, text=True, timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"command": f"openrlhf-speed proving-ground build --variant {variant} --seed {seed}",
-            "recipe_version": VERSION, "git_commit": commit,
+            "recipe_version": get_variant(variant).version, "git_commit": commit,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": platform.machine(),
             "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "python": platform.python_version(), "dtype": "float32"}
@@ -250,7 +267,7 @@ def weak_build_warning(v: Variant, table: dict) -> str | None:
 
 
 def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: bool = False,
-          overrides: dict | None = None) -> Path:
+          overrides: dict | None = None, weights_dir: Path | None = None) -> Path:
     """Build (or find) the variant's folder: the HF model, its tokenizer, data/{train,test}.jsonl
     and build.json (recipe, timings and the start model's pass table). `overrides` replaces
     recipe fields (tests shrink the build with it; pass `out` too, the cache name ignores it)."""
@@ -268,7 +285,10 @@ def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: 
     tok = build_tokenizer()
     splits = rl_splits(v, seed)
     excluded = set(shot_keys()) | {p.key for p in splits["test"]}
-    model, info = train_sft(v, seed, tok, excluded)
+    if v.weights_from and weights_dir is None:
+        raise ValueError(f"the '{v.name}' proving ground starts from the shipped '{v.weights_from}' weights: pass "
+                         f"weights_dir (openrlhf_speed.proving.shipped.path('{v.weights_from}'))")
+    model, info = inherited_weights(v, weights_dir) if v.weights_from else train_sft(v, seed, tok, excluded)
     with torch.no_grad():
         table = pass_table(model, tok, splits["train"][: v.table_prompts], k=v.table_k,
                            max_new_tokens=v.max_new_tokens, seed=seed)
@@ -310,7 +330,7 @@ def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: 
     return out
 
 
-def ensure_built(variant: str) -> Path:
+def ensure_built(variant: str, weights_dir: Path | None = None) -> Path:
     """The cache's build of the variant, built first when missing (for a variant not shipped)."""
     path = model_dir(variant)
-    return path if is_built(path) else build(variant)
+    return path if is_built(path) else build(variant, weights_dir=weights_dir)

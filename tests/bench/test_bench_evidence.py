@@ -131,7 +131,7 @@ def test_curriculum_with_n_init_and_off_command(tmp_path):
         bench_run.parse_curriculum("speed@x", 4)
     train = tmp_path / "train.jsonl"
     train.write_text("".join(f'{{"prompt": "{i}+1", "answer": "{i + 1}"}}\n' for i in range(5)))
-    args = bench_run.build_parser().parse_args(["--mode", "proving", "--model", "proving-ci"])
+    args = bench_run.build_parser().parse_args(["--mode", "proving-v4", "--model", "proving-ci"])
     s = bench_run._settings(args)
     (tmp_path / "off").mkdir()
     cmd = bench_run.train_command("off", s, args, str(train), "test.jsonl", str(tmp_path / "off"))

@@ -1,4 +1,4 @@
-"""The SPEED driver against raw vLLM on the same requests (bench/driver.py, issue 13 item 4),
+"""The SPEED driver against raw vLLM on the same requests (bench/driver.py),
 on synthetic traces and run logs: which requests a replay sends, the rates, their ratio and
 the split of the driver's seconds, the summary line, the bench flags that run it, and the
 train flags `--train.generation_only` refuses. Nothing here starts an engine; the real
@@ -129,8 +129,9 @@ def bench_args(*argv):
 
 
 def test_bench_driver_steps_defaults_and_refusals(tmp_path):
-    assert bench_args("--mode", "proving")[0].driver_steps == bench_run.DRIVER_STEPS
-    assert bench_args("--mode", "proving", "--driver_steps", "0")[0].driver_steps == 0
+    assert bench_args("--mode", "proving-v4")[0].driver_steps == bench_run.DRIVER_STEPS
+    assert bench_args("--mode", "proving-v4", "--driver_steps", "0")[0].driver_steps == 0
+    assert bench_args("--mode", "proving")[0].driver_steps == 0  # v5: 100-step runs, no driver measurement
     assert bench_args("--mode", "proving-ci")[0].driver_steps == 0
     assert bench_args("--mode", "quick", "--driver_only")[0].driver_steps == bench_run.DRIVER_STEPS
     with pytest.raises(SystemExit, match="--driver_steps 0: need K >= 1"):

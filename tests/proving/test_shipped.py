@@ -190,3 +190,41 @@ def test_difficulty_histogram_keeps_the_ends_apart():
     assert (h["0"], h["(0.0,0.1]"], h["(0.4,0.5]"], h["(0.9,1.0)"], h["1"]) == (2, 2, 1, 1, 1)
     s = summarize(["a", "a", "b"], [0, 50, 25], 50)
     assert s["all"] == {"prompts": 3, "never": 0.333, "some": 0.333, "always": 0.333, "pass_rate": 0.5}
+
+
+def test_difficulty_command_measures_a_checkpoint_folder(tmp_path):
+    """--model: the frontier of a run's checkpoint, on the variant's prompts; the record names
+    the checkpoint's own weights, not the shipped ones."""
+    from openrlhf_speed.cli import proving_ground
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(shipped.path("ci"), ckpt)
+    weights = ckpt / "model.safetensors"
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(weights))
+    save_file({k: v * 0.5 for k, v in tensors.items()}, str(weights), metadata={"format": "pt"})
+    out = tmp_path / "d"
+    assert proving_ground.main(["difficulty", "--variant", "ci", "--samples", "2", "--prompts", "4",
+                                "--model", str(ckpt), "--out", str(out)]) == 0
+    d = json.loads((out / "difficulty.json").read_text())
+    assert d["model_weights_sha256"] == _sha(weights) != shipped.describe("ci")["weights_sha256"]
+    assert d["all"]["prompts"] == 4 and f"--model {ckpt}" in d["command"]
+    with pytest.raises(SystemExit, match="config.json"):
+        proving_ground.main(["difficulty", "--variant", "ci", "--model", str(tmp_path / "nothing")])
+    with pytest.raises(SystemExit, match="--ship"):
+        proving_ground.main(["difficulty", "--variant", "ci", "--model", str(ckpt), "--ship"])
+
+
+def test_v5_starts_from_v4_weights_with_a_larger_rl_split():
+    """The benchmark's v5 is v4's start model bit for bit with 20,000 RL prompts, so no
+    curriculum wraps around within its horizon; v4 stays shipped for its published tables."""
+    v5, v4 = shipped.describe("proving"), shipped.describe("proving-v4")
+    assert v5["weights_sha256"] == v4["weights_sha256"]
+    assert recipe.get_variant("proving").version == 5 and recipe.get_variant("proving-v4").version == 4
+    rows = (shipped.path("proving") / "data" / "train.jsonl").read_text().splitlines()
+    assert len(rows) == 20000
+    held = (shipped.path("proving") / "data" / "test.jsonl").read_bytes()
+    assert held == (shipped.path("proving-v4") / "data" / "test.jsonl").read_bytes()
+    train_q = {json.loads(r)["question"] for r in rows}
+    assert not train_q & {json.loads(r)["question"] for r in held.decode().splitlines()}

@@ -128,7 +128,8 @@ def path(name: str) -> Path:
     print(f"[proving] warning: '{name}' has no shipped copy in {ROOT} ({MANIFEST.name} does not pin "
           f"{get_variant(name).folder}); using the cache's build, whose weights depend on this machine's "
           "CPU: results are not comparable across machines", file=sys.stderr, flush=True)
-    return ensure_built(name)
+    source = get_variant(name).weights_from
+    return ensure_built(name, weights_dir=path(source) if source else None)
 
 
 def data_paths(name: str) -> tuple[str, str]:

@@ -1,0 +1,119 @@
+"""The speedup at every target level and the off_final headline, on hand-made runs whose
+times to each level are computed by hand."""
+
+import math
+
+import pytest
+
+from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import levels as lv
+from openrlhf_speed.bench import report
+
+
+def _run(points, step_s=10.0):
+    """A run from [(step, accuracy)], the clock step_s per step, one 100-token response a step."""
+    evals = [{"event": "eval", "step": s, "eval_accuracy": a, "train_wall_s": s * step_s, "eval_num_samples": 1000}
+             for s, a in points]
+    steps = [{"step": i, "train_wall_s": i * step_s, "speed/tokens_generated": 100.0, "speed/tokens_trained": 100.0,
+              "timing/ppo_train": 1.0} for i in range(1, points[-1][0] + 1)]
+    return {"evals": evals, "steps": steps}
+
+
+def _bench():
+    # off: 0.30 -> 0.50 at step 40, flat after; its last two evaluations 0.50 and 0.52 -> final 0.51.
+    off = [(0, 0.30), (10, 0.40), (20, 0.45), (30, 0.48), (40, 0.50), (50, 0.52)]
+    # speed: faster per step, and higher at the end.
+    speed = [(0, 0.30), (10, 0.45), (20, 0.50), (30, 0.55), (40, 0.58), (50, 0.60)]
+    runs = {"off-r1": _run(off), "off-r2": _run(off), "speed-r1": _run(speed, 12.0), "speed-r2": _run(speed, 12.0)}
+    groups = {k: k.split("-")[0] for k in runs}
+    return runs, groups
+
+
+def test_final_is_mean_of_last_two_evaluations_of_off_runs():
+    runs, groups = _bench()
+    anchor = lv.base_final(runs, groups)
+    assert anchor["final"] == pytest.approx(0.51)
+    assert anchor["start"] == pytest.approx(0.30)
+    assert lv.level_target(anchor, 0.5) == pytest.approx(0.405)
+
+
+def test_speedup_per_level_matches_hand_interpolation():
+    runs, groups = _bench()
+    tab = lv.table(runs, groups, {}, ["speed"], baselines=("off",), levels=(0.5, 1.0, 1.2))
+    half, full, above = tab["levels"]
+    # f=0.5, target 0.405: off crosses between 0.40 (step 10) and 0.45 (20) at step 11 -> 110 s;
+    # speed between 0.30 (0) and 0.45 (10) at step 7 -> 84 s. 110 / 84.
+    assert half["ratios"]["speed_over_off"]["measured"]["point"] == pytest.approx(110 / 84)
+    # f=1.0, target 0.51: off at step 45 -> 450 s; speed between 0.50 (20) and 0.55 (30): step 22 -> 264 s.
+    assert full["ratios"]["speed_over_off"]["measured"]["point"] == pytest.approx(450 / 264)
+    assert full["reached"] == {"off": 1.0, "speed": 1.0}
+    # f=1.2, target 0.552: off never gets there (censored at its whole clock, 500 s), speed at
+    # step 30 + 0.002/0.03 x 10 -> 30.667 x 12 s: a floor, not a point.
+    cell = above["ratios"]["speed_over_off"]["measured"]
+    assert above["reached"] == {"off": 0.0, "speed": 1.0}
+    assert cell["at_least"] is True
+    assert cell["point"] == pytest.approx(500 / ((30 + 0.002 / 0.03 * 10) * 12))
+    assert "floor" in cell["verdict"]
+
+
+def test_a_level_ours_never_reaches_gives_no_ratio():
+    runs, groups = _bench()
+    tab = lv.table(runs, groups, {}, ["speed"], baselines=("off",), levels=(1.8,))
+    assert "point" not in tab["levels"][0]["ratios"]["speed_over_off"]["measured"]
+    assert "not reached" in "\n".join(lv.markdown(tab))
+
+
+def test_headline_and_off_final_rule_in_the_report():
+    runs, groups = _bench()
+    settings = {"batch": 1, "n": 1}
+    rep = report.build_report(runs, None, settings, groups, rule="off_final")
+    assert rep["target_accuracy"] == pytest.approx(0.51)
+    assert "off_final" in agg.rule_line(rep["target_rule"])
+    head = rep["headline"]
+    assert head["target"] == pytest.approx(0.51)
+    assert head["ratios"]["speed_over_off"]["measured"]["point"] == pytest.approx(450 / 264)
+    text = report.table_markdown(rep)
+    assert "speedup at every target level" in text
+
+
+def test_projected_clock_prices_tokens_not_the_host():
+    # speed's steps took 12 s against off's 10 s; the projection prices tokens only, and both
+    # spend the same tokens a step, so projected ratios equal the ratio of steps to target.
+    runs, groups = _bench()
+    runs = {k: r for k, r in runs.items()}
+    groups_u = {**groups}
+    runs["uniform-r1"], groups_u["uniform-r1"] = _run([(0, 0.3), (50, 0.4)]), "uniform"  # the cost model's source
+    clocks = lv.clock_sets(runs, groups_u, responses=1, batch=1)
+    tab = lv.table(runs, groups_u, clocks, ["speed"], baselines=("off",), levels=(1.0,))
+    proj = tab["levels"][0]["ratios"]["speed_over_off"]["projected_linear"]
+    assert proj["point"] == pytest.approx(45 / 22)
+
+
+def test_off_final_rule_is_parsed_and_named_in_errors():
+    assert agg.parse_target_rule("off_final") == ("off_final", 1.0)
+    assert agg.RULE_BASE["off_final"] == "off"
+    with pytest.raises(ValueError, match="off_final"):
+        agg.parse_target_rule("off_final:0.5")
+
+
+def test_plot_writes_a_png(tmp_path):
+    runs, groups = _bench()
+    tab = lv.table(runs, groups, {}, ["speed"], baselines=("off",))
+    path = lv.plot(tab, str(tmp_path / "levels.png"))
+    assert path and (tmp_path / "levels.png").stat().st_size > 1000
+    assert lv.plot(None, str(tmp_path / "none.png")) is None
+    assert not math.isnan(tab["base_final"])
+
+
+def test_a_measured_engine_curve_adds_a_cpu_projection():
+    runs, groups = _bench()
+    runs["uniform-r1"], groups["uniform-r1"] = _run([(0, 0.3), (50, 0.4)]), "uniform"
+    curve = {"source": "cpu", "points": [(1.0, 10.0), (100.0, 100.0)]}
+    rep = report.build_report(runs, None, {"batch": 1, "n": 1}, groups, rule="off_final", engine_curve=curve)
+    assert rep["levels"]["kinds"] == ["measured", "projected_linear", "projected_concurrency", "cpu_concurrency"]
+    cell = rep["headline"]["ratios"]["speed_over_off"]["cpu_concurrency"]
+    # every step of every run had the same concurrency (1 response, no driver record): the CPU
+    # curve prices their tokens alike, so the ratio is the steps' ratio, as per token
+    assert cell["point"] == pytest.approx(45 / 22)
+    without = report.build_report(runs, None, {"batch": 1, "n": 1}, groups, rule="off_final")
+    assert "cpu_concurrency" not in without["levels"]["kinds"]
