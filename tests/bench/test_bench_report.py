@@ -95,16 +95,71 @@ def test_steps_must_end_on_an_evaluation(tmp_path):
         bench_run.main(["--mode", "tiny", "--steps", "3", "--eval_every", "2", "--out", str(tmp_path)])
 
 
-def test_train_command_runs_each_curriculum_with_same_settings(tmp_path):
-    args = bench_run.build_parser().parse_args(["--mode", "tiny", "--", "--actor.adam.weight_decay", "0.1"])
+# Flags a curriculum's command may set its own way: its strategy, its screening size and the
+# prompts it keeps in flight (uniform keeps the driver's default window, see bench/commands.py).
+# `off` (stock OpenRLHF) also gets its length from its own cycled prompt file and one episode,
+# so its schedule's warm-up ratio is computed from that file.
+CURRICULUM_OWN = ("--speed.strategy", "--speed.n_init", "--speed.max_inflight_prompts")
+OFF_OWN = ("--train.max_steps", "--train.num_episodes", "--data.prompt_dataset", "--actor.lr_warmup_ratio")
+
+
+def _flags(cmd: list, run_dir: str) -> dict:
+    """A train command as {flag: values}, the run's own folder written as <run>."""
+    flags, last = {}, None
+    for arg in cmd[cmd.index("train") + 1:]:
+        if arg.startswith("--"):
+            assert arg not in flags, f"{arg} given twice"
+            flags[arg], last = [], arg
+        else:
+            flags[last].append(arg.replace(run_dir, "<run>"))
+    return {k: tuple(v) for k, v in flags.items()}
+
+
+def _differences(flags: dict) -> list:
+    """Every pair of curricula, flag by flag, apart from the flags each may set its own way."""
+    from itertools import combinations
+
+    found = []
+    for a, b in combinations(flags, 2):
+        own = CURRICULUM_OWN + (OFF_OWN if "off" in (a, b) else ())
+        for flag in sorted((set(flags[a]) | set(flags[b])) - set(own)):
+            if flags[a].get(flag) != flags[b].get(flag):
+                found.append(f"{a} vs {b}: {flag} {flags[a].get(flag)} != {flags[b].get(flag)}")
+    return found
+
+
+@pytest.mark.parametrize("mode", ["tiny", "proving"])
+def test_train_command_runs_each_curriculum_with_same_settings(tmp_path, mode):
+    from openrlhf_speed.curriculum import STRATEGIES
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"prompt": f"{i} + 1", "answer": str(i + 1)}) + "\n" for i in range(40)))
+    args = bench_run.build_parser().parse_args(["--mode", mode, "--", "--actor.adam.weight_decay", "0.1"])
     s = bench_run._settings(args)
-    cmds = {n: bench_run.train_command(n, s, args, "train.jsonl", "test.jsonl", str(tmp_path / n))
-            for n in ("uniform", "dapo", "speed")}
-    strategy = {n: c[c.index("--speed.strategy") + 1] for n, c in cmds.items()}
-    assert strategy == {"uniform": "uniform", "dapo": "dapo", "speed": "speed"}
-    common = [set(c) - {"uniform", "dapo", "speed", "--speed.n_init", str(s["n_init"])} for c in cmds.values()]
-    assert all(len(c) > 0 for c in common)
-    # Everything but the strategy (and paths) is identical: the same seed, sizes and lr.
-    strip = lambda c, n: [a.replace(f"/{n}/", "/X/") for a in c if a not in (n, "--speed.n_init", str(s["n_init"]))]
-    assert strip(cmds["uniform"], "uniform") == strip(cmds["dapo"], "dapo")
-    assert cmds["uniform"][-2:] == ["--actor.adam.weight_decay", "0.1"]
+    flags = {}
+    for name in ["off", *STRATEGIES, "speed@8"]:
+        run = tmp_path / name
+        run.mkdir()
+        cmd = bench_run.train_command(name, s, args, str(train), "test.jsonl", str(run))
+        assert cmd[-2:] == ["--actor.adam.weight_decay", "0.1"]  # the flags after '--' come last, so they win
+        flags[name] = _flags(cmd, str(run))
+    # Everything else is identical: the same seed, sizes, lr, data and evaluation.
+    assert _differences(flags) == []
+    assert {f["--train.seed"] for f in flags.values()} == {("42",)}
+    assert {f["--actor.adam.lr"] for f in flags.values()} == {(str(s["lr"]),)}
+    # What each curriculum sets its own way is what its name says.
+    for name, f in flags.items():
+        strategy, _, k = name.partition("@")
+        assert f["--speed.strategy"] == (strategy,), name
+        n_init = (k or str(s["n_init"]),) if strategy in STRATEGIES and STRATEGIES[strategy].uses_n_init else None
+        assert f.get("--speed.n_init") == n_init, name
+        window = None if mode == "tiny" or name in ("off", "uniform") else ("64",)
+        assert f.get("--speed.max_inflight_prompts") == window, name
+    assert flags["speed@8"]["--speed.n_init"] == ("8",) and "--speed.n_init" not in flags["dapo"]
+    assert flags["off"]["--train.num_episodes"] == ("1",) and "--train.max_steps" not in flags["off"]
+    assert flags["off"]["--data.prompt_dataset"] == ("<run>/train_prompts.jsonl",)
+    assert flags["uniform"]["--train.max_steps"] == (str(s["steps"]),)
+    # The comparison sees one curriculum given another seed or lr.
+    for flag, value in (("--train.seed", "43"), ("--actor.adam.lr", "3e-05")):
+        changed = {**flags, "greso": {**flags["greso"], flag: (value,)}}
+        assert any(d.endswith(f": {flag} {flags['speed'][flag]} != ('{value}',)") for d in _differences(changed)), flag

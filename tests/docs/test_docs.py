@@ -6,7 +6,8 @@
   a flag of an outside tool listed below;
 - every `make X` they name is a Makefile target, every example script they name exists;
 - docs/flags.md is what `python -m openrlhf_speed.cli.flags_doc` prints;
-- no text of the project tells how it was developed ("stop 24", "issue 13", "helper-7").
+- no text of the project (its code, tests, scripts and docs) tells how it was developed: a
+  numbered stop, issue or helper (the patterns are HISTORY's; this file is the one that names them).
 
 The parsers are read once, in a subprocess (building OpenRLHF's train parser imports vLLM
 and installs the flash_attn fallback, which must not leak into other tests' process).
@@ -40,12 +41,15 @@ FLAG = re.compile(r"(?<![\w/-])--[A-Za-z][\w.-]*")
 CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
 MAKE = re.compile(r"(?:^|[\s;&|(`])make\s+(?:[A-Z_]+=\S*\s+)*([a-z][\w-]*)", re.M)
 SCRIPT = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:sh|sbatch))\b")
-HISTORY = re.compile(r"\bstop [0-9]+|\bissue [0-9]+|\bhelper-[0-9]", re.I)
+# "stop 24", "Stop-24", "issue 13", "issue #13", "helper-7", "Helper 7"; not "stops", "nonstop".
+HISTORY = re.compile(r"\b(?:stop|issue|helper)(?: ?#|[ -])[0-9]+", re.I)
 
 
 def doc_files() -> list[Path]:
-    """README.md and every docs/*.md written by hand (flags.md is checked against its generator)."""
-    return [README, *sorted(p for p in (REPO / "docs").glob("*.md") if p != GENERATED)]
+    """README.md and every .md under docs/, subfolders included, written by hand (flags.md is
+    checked against its generator). Only documents: run evidence beside them (metrics.jsonl,
+    bench.json) is data, and may or may not sit under docs/."""
+    return [README, *sorted(p for p in (REPO / "docs").rglob("*.md") if p != GENERATED)]
 
 
 @pytest.fixture(scope="module")
@@ -150,12 +154,22 @@ def test_the_reference_lists_the_project_flags_and_every_subcommand(parsers):
 
 
 def project_text_files():
-    roots = [REPO / "README.md", REPO / "Makefile", REPO / "docs", REPO / "openrlhf_speed", REPO / "examples"]
-    for root in roots:
+    roots = ["README.md", "Makefile", "docs", "openrlhf_speed", "examples", "tests", "scripts"]
+    for root in (REPO / r for r in roots):
         paths = [root] if root.is_file() else sorted(root.rglob("*"))
         for path in paths:
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".png", ".pyc"):
+            if (path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".png", ".pyc")
+                    and path != Path(__file__).resolve()):  # this file names the patterns it looks for
                 yield path
+
+
+def test_the_history_scan_catches_numbered_stops_issues_and_helpers_only():
+    for line in ("fixed in stop 24", "Stop-37 measured it", "see issue 13 item 4", "Issue #15 (2):",
+                 "issue#2", "the helper-7 run", "Helper 3 found"):
+        assert HISTORY.search(line), line
+    for line in ("the run stops at 3 steps", "nonstop 5", "helpers 2 and", "an issue: 3 rows", "stop_1 = 2",
+                 "reissue 4", "the helper function"):
+        assert not HISTORY.search(line), line
 
 
 def test_no_text_tells_how_the_project_was_developed():

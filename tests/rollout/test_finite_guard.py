@@ -1,4 +1,4 @@
-"""Issue 15 (2): OpenRLHF's DeepSpeed strategy, wrapped by `finite_guard.install`, never
+"""OpenRLHF's DeepSpeed strategy, wrapped by `finite_guard.install`, never
 backpropagates a NaN/inf loss and stops on a non-finite gradient norm after a step.
 (DeepSpeed in bf16/fp32 steps NaN gradients into the weights; there was no guard.)"""
 

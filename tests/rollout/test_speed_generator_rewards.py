@@ -1,11 +1,11 @@
-"""Issue 15 (2): the SPEED driver never hands an invalid reward to the scheduler.
+"""The SPEED driver never hands an invalid reward to the scheduler.
 
 Drives `SpeedSamplesGenerator._take_scored` (what `_collect` does with one finished
 request) against the real Scheduler, without Ray or vLLM: `_dispatch` is recorded.
 Hand case: N = 4, N_init = 2. A prompt whose two screening answers are both correct must be
-rejected (pass rate 1). Before the fix, a reward function that raised on one of them gave
-rewards [1, 0] (the driver substituted 0), so the prompt qualified and its correct answers
-got negative advantages.
+rejected (pass rate 1). A driver that substituted 0 for a reward function that raised on
+one of them would see rewards [1, 0], qualify the prompt and give its correct answers
+negative advantages.
 """
 
 import math

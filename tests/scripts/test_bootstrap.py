@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from _util import REPO
 from packaging.requirements import Requirement
-from packaging.version import Version
 
 SCRIPTS = REPO / "scripts"
 PYTORCH_CPU = "https://download.pytorch.org/whl/cpu"
@@ -138,7 +137,12 @@ def test_openrlhf_requirements_check_reads_markers_and_pins():
                         "pywin32; sys_platform == 'win32'"], versions, env) == []
     assert check.unmet(["flash-attn==2.8.3", "torch>2.13"], versions, env) == [
         "flash-attn==2.8.3 (resolved: None)", "torch>2.13 (resolved: 2.13.0)"]
-    assert Version("2.13.0")  # packaging is what both sides compare with
+    # Versions compare as versions, not text ("2.13.0" < "2.9" as strings); a pin takes a local
+    # build of its version; names match in any spelling; a marker for this platform is checked.
+    assert check.unmet(["torch>=2.9,<2.14", "Flash_Attn==2.8.3", "deepspeed==0.19.6; sys_platform == 'linux'"],
+                       {**versions, "flash-attn": "2.8.3", "torch": "2.13.0+cu130"}, env) == []
+    assert check.unmet(["torch>=2.9,<2.13; sys_platform == 'linux'"], versions, env) == [
+        "torch>=2.9,<2.13; sys_platform == 'linux' (resolved: 2.13.0)"]
 
 
 # -- bootstrap.sh --gpu: what it checks before compiling, with a stand-in toolkit and GPU ------
