@@ -4,17 +4,20 @@ what is missing, and the exact fix for each missing thing, as one table:
     openrlhf-speed doctor                       # this node; the vLLM check starts a small engine
     openrlhf-speed doctor --skip_engine         # without the engine (about a minute faster)
     openrlhf-speed doctor --ray_address HEAD:6379 --save_path /shared/ckpt
+    openrlhf-speed doctor --plan --skip_engine -- examples/scripts/train_speed_rloo_qwen7b.sh
 
 Rows: the machine (GPUs, or the CPU mode with its bf16 support), NVIDIA driver, torch and its
 CUDA, nvcc, NCCL (an all-reduce over 2 GPUs when there are 2), DeepSpeed's CPU Adam and
 FusedAdam ops (loaded, which compiles them once when they are not prebuilt), flash-attn,
 Transformer Engine, a vLLM engine on the proving-ground CI model generating a few tokens, Ray's
-GPUs per node, and free disk for checkpoints.
+GPUs per node, and free disk for checkpoints. With `--plan`, one more row: the memory plan
+(cli/memory_plan.py) of the run named after `--` (train flags, or a recipe and its flags),
+from its dry run given this node's GPU memory and the cluster's (else this node's) host RAM.
 
 Exit status: 0 on a CPU machine (the CPU mode needs none of the GPU pieces); on a GPU machine 1
 when a required piece is missing (driver, CUDA torch, NCCL, DeepSpeed's Adam ops, vLLM, a Ray
-cluster that was named but cannot be reached); optional ones (flash-attn, Transformer Engine,
-disk) only warn.
+cluster that was named but cannot be reached, a memory plan that does not fit); optional ones
+(flash-attn, Transformer Engine, disk) only warn.
 
 The probes (cli/doctor_probes.py) gather facts; the `judge_*` functions here turn facts into
 rows, so every row and fix text can be checked with made-up facts.
@@ -243,12 +246,49 @@ def judge_disk(facts: dict, min_gb: float) -> Row:
                f"Adam states is about 100 GB, --ckpt.max_num keeps that many")
 
 
+def plan_flags(facts: dict) -> list:
+    """--plan.* flags from what the doctor found: the smallest GPU of this node; the smallest
+    host memory among the cluster's GPU nodes (what Ray had free), else this node's when it
+    has GPUs; the GPUs per node. Left out when unknown: the plan then assumes and says so."""
+    flags, gpus = [], facts["torch"].get("gpus") or []
+    if gpus:
+        flags += ["--plan.gpu_memory_gib", f"{min(g['memory_gb'] for g in gpus):g}"]
+    nodes = [n for n in ((facts.get("ray") or {}).get("nodes") or []) if n.get("gpus")]
+    if nodes and all(n.get("memory_gib") for n in nodes):
+        flags += ["--plan.host_memory_gib", f"{min(n['memory_gib'] for n in nodes):g}",
+                  "--plan.gpus_per_node", f"{max(n['gpus'] for n in nodes):g}"]
+    elif gpus:
+        flags += ["--plan.gpus_per_node", str(len(gpus))]
+        if facts.get("host_memory_gib"):
+            flags += ["--plan.host_memory_gib", f"{facts['host_memory_gib']:.1f}"]
+    return flags
+
+
+def judge_plan(facts: dict) -> list:
+    plan = facts.get("plan")
+    if plan is None:
+        return []
+    if plan.get("error"):
+        return [Row("memory plan", FAIL, plan["error"], "run it with --dry_run (`bash RECIPE --dry_run`, "
+                    "`openrlhf-speed train --dry_run FLAGS`) and fix what it names", required=True)]
+    memory = plan["memory"]
+    if memory.get("error"):
+        return [Row("memory plan", WARN, f"not made: {memory['error']}")]
+    parts = "; ".join(f"{p['title'].split(',')[0].split(':')[0]} {p['ratio']}" for p in memory["parts"])
+    hardware = memory["hardware"]["source"]
+    if memory["fits"]:
+        return [Row("memory plan", OK, f"fits: {parts} ({hardware})")]
+    verdict = memory["verdict"]
+    return [Row("memory plan", FAIL, f"{verdict.split('; fix: ')[0]} ({hardware})",
+                verdict.split("; fix: ", 1)[-1], required=True)]
+
+
 def judge(facts: dict, min_free_gb: float) -> list:
     rows = judge_machine(facts) + [judge_driver(facts), judge_torch(facts), judge_nvcc(facts), judge_nccl(facts)]
     rows += judge_ds_ops(facts)
     rows += [judge_import(facts, "flash_attn"), judge_import(facts, "transformer_engine")]
     rows += [judge_engine(facts), judge_ray(facts), judge_disk(facts, min_free_gb)]
-    return rows
+    return rows + judge_plan(facts)
 
 
 def exit_status(rows: list, on_gpu: bool) -> int:
@@ -292,6 +332,10 @@ def gather(args) -> dict:
         facts["engine"] = probes.child("engine", args.model, timeout=args.engine_timeout)
     facts["ray"] = probes.ray_facts(args.ray_address or os.environ.get("RAY_ADDRESS"))
     facts["disk"] = probes.disk_facts(args.save_path)
+    facts["host_memory_gib"] = probes.host_memory_gib()
+    if args.run:
+        say("memory plan: the run's dry run ...")
+        facts["plan"] = probes.plan_facts(args.run, plan_flags(facts), timeout=600)
     return facts
 
 
@@ -313,11 +357,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min_free_gb", type=float, default=None,
                    help="warn below this much free disk (default: 100 on a GPU machine, 5 on CPU)")
     p.add_argument("--json", action="store_true", help="print the rows and the facts as JSON instead of the table")
+    p.add_argument("--plan", action="store_true",
+                   help="add the memory plan of the run named after `--`: train flags, or a recipe and its extra "
+                   "flags (openrlhf-speed doctor --plan -- examples/scripts/train_speed_rloo_qwen7b.sh), checked "
+                   "against this node's GPUs and the cluster's host memory")
     return p
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run = argv[argv.index("--") + 1:] if "--" in argv else []
+    parser = build_parser()
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if args.plan != bool(run):
+        parser.error("--plan and the run after `--` go together: openrlhf-speed doctor --plan -- TRAIN_FLAGS "
+                     "(or -- examples/scripts/RECIPE.sh [its extra flags])")
+    args.run = run
     facts = gather(args)
     on_gpu = gpu_machine(facts)
     rows = judge(facts, args.min_free_gb if args.min_free_gb is not None else (100.0 if on_gpu else 5.0))
@@ -329,5 +384,7 @@ def main(argv=None) -> int:
         missing = [r.check for r in rows if r.status == FAIL]
         verdict = ("ready" if not missing else f"missing: {', '.join(missing)}") if on_gpu else \
             f"CPU mode, ready{' (optional: ' + ', '.join(missing) + ')' if missing else ''}"
+        if (facts.get("plan") or {}).get("text"):
+            print("\n" + facts["plan"]["text"])
         print(f"\n{'GPU' if on_gpu else 'CPU'} machine: {verdict}; exit {status}")
     return status

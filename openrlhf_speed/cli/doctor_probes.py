@@ -118,11 +118,39 @@ def ray_facts(address):
                 continue
             res = node.get("Resources", {})
             models = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
+            # Ray's heap and object-store memory: what the node had free when Ray started on it.
+            memory_gib = (res.get("memory", 0) + res.get("object_store_memory", 0)) / 2**30
             nodes.append({"host": node.get("NodeManagerHostname"), "ip": node.get("NodeManagerAddress"),
-                          "gpus": res.get("GPU", 0), "cpus": res.get("CPU", 0), "accelerator": ",".join(models)})
+                          "gpus": res.get("GPU", 0), "cpus": res.get("CPU", 0), "accelerator": ",".join(models),
+                          "memory_gib": round(memory_gib, 1)})
         return {"address": address, "nodes": nodes}
     finally:
         ray.shutdown()
+
+
+def host_memory_gib() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def plan_facts(run: list, plan_flags: list, timeout: float) -> dict:
+    """The memory plan of a run, from its `--dry_run`: `run` is the train flags, or a recipe
+    (`run[0]` ending in .sh) and its extra flags. `plan_flags` (--plan.*, the memory doctor
+    found) go before the user's own flags, so a --plan.* flag the user gives wins."""
+    if run[0].endswith(".sh"):
+        cmd = ["bash", run[0], "--dry_run", *plan_flags, *run[1:]]
+    else:
+        cmd = [sys.executable, "-m", "openrlhf_speed.cli.main", "train", "--dry_run", *plan_flags, *run]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"cmd": cmd, "error": f"the dry run did not finish in {timeout:.0f} s"}
+    start = proc.stdout.find("{\n")  # the dry run prints notes, then the JSON (cli/flags.py)
+    if proc.returncode != 0 or start < 0:
+        tail = " | ".join(line.strip() for line in proc.stderr.strip().splitlines()[-3:])
+        return {"cmd": cmd, "error": f"the dry run exited with {proc.returncode}: {tail[-600:]}"}
+    memory = json.loads(proc.stdout[start:])["resources"]["memory"]
+    text = proc.stderr[proc.stderr.find("[openrlhf-speed] memory plan"):]
+    return {"cmd": cmd, "memory": memory, "text": text.strip()}
 
 
 def disk_facts(path: str) -> dict:

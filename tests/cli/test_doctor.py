@@ -3,6 +3,7 @@ failing check. The judges are fed made-up facts (a CPU machine like this one, a 
 pieces missing); one slow test runs the real command end to end, engine included."""
 
 import copy
+import json
 import subprocess
 
 import pytest
@@ -146,6 +147,68 @@ def test_main_prints_the_table_and_the_verdict(monkeypatch, capsys):
     monkeypatch.setattr(doctor, "gather", lambda args: gpu_with(engine={"ok": False, "error": "boom"}))
     assert doctor.main([]) == 1
     assert "GPU machine: missing: vllm engine; exit 1" in capsys.readouterr().out
+
+
+FITS = {"fits": True, "verdict": "fits", "hardware": {"source": "GPU 79.1 GiB (--plan.gpu_memory_gib)"},
+        "parts": [{"title": "actor: DeepSpeed ZeRO-3 on 1 x 4 GPUs, per GPU", "ratio": "22.9 of 79.1 GiB"},
+                  {"title": "vLLM: 4 engines x TP 1, per GPU", "ratio": "128 sequences needed, 251 held"}]}
+TOO_BIG = {**FITS, "fits": False,
+           "verdict": "does not fit: actor needs 83.3 GiB per GPU, 79.1 GiB there; fix: --ds.adam_offload (26.6 of "
+                      "79.1 GiB) or --actor.num_gpus_per_node 4 (51.3 of 79.1 GiB)"}
+
+
+@pytest.mark.parametrize("plan, status, detail_has, fix_has", [
+    ({"memory": FITS, "text": "..."}, doctor.OK, "fits: actor 22.9 of 79.1 GiB; vLLM 128 sequences needed", ""),
+    ({"memory": TOO_BIG, "text": "..."}, doctor.FAIL, "does not fit: actor needs 83.3 GiB", "--ds.adam_offload"),
+    ({"error": "the dry run exited with 2: unrecognized arguments: --foo"}, doctor.FAIL, "--foo", "--dry_run"),
+    ({"memory": {"error": "/m has no config.json"}}, doctor.WARN, "not made: /m has no config.json", ""),
+])
+def test_the_memory_plan_row(plan, status, detail_has, fix_has):
+    rows = doctor.judge(gpu_with(plan=plan), 100.0)
+    row = rows[-1]
+    assert (row.check, row.status) == ("memory plan", status) and detail_has in row.detail and fix_has in row.fix
+    assert doctor.exit_status(rows, on_gpu=True) == (1 if status == doctor.FAIL else 0)
+    assert "memory plan" not in rows_by_check(GPU_FACTS)  # no row without --plan
+
+
+def test_plan_flags_come_from_this_node_and_the_cluster():
+    # this node's smallest GPU; without a cluster, this node's RAM and GPU count
+    assert doctor.plan_flags({**GPU_FACTS, "host_memory_gib": 503.2}) == [
+        "--plan.gpu_memory_gib", "79.1", "--plan.gpus_per_node", "2", "--plan.host_memory_gib", "503.2"]
+    # with a cluster: the smallest memory Ray had free among its GPU nodes, the most GPUs per node
+    nodes = [{"host": "a", "gpus": 8, "memory_gib": 900.5}, {"host": "b", "gpus": 8, "memory_gib": 700.0},
+             {"host": "head", "gpus": 0, "memory_gib": 60.0}]
+    assert doctor.plan_flags({**GPU_FACTS, "ray": {"address": "h:6379", "nodes": nodes}}) == [
+        "--plan.gpu_memory_gib", "79.1", "--plan.host_memory_gib", "700", "--plan.gpus_per_node", "8"]
+    assert doctor.plan_flags(CPU_FACTS) == []  # nothing known: the plan assumes, and says so
+
+
+def test_plan_needs_the_run_after_the_separator(capsys):
+    with pytest.raises(SystemExit):
+        doctor.main(["--plan"])
+    assert "--plan and the run after `--` go together" in capsys.readouterr().err
+
+
+def test_doctor_plan_end_to_end(tmp_path):
+    """`doctor --plan -- TRAIN_FLAGS`: the run's dry run, its plan under the table, and a row
+    whose fix is the plan's (a 7B actor on 2 GPUs of 40 GiB with Adam on the GPU)."""
+    model = tmp_path / "qwen2.5-math-7b"  # Qwen2.5-Math-7B's architecture fields, no weights
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+        "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+        "max_position_embeddings": 4096, "tie_word_embeddings": False}))
+    run = ["--actor.model_name_or_path", str(model), "--actor.num_gpus_per_node", "2", "--ds.zero_stage", "3",
+           "--vllm.num_engines", "2", "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
+           "--rollout.batch_size", "4", "--rollout.n_samples_per_prompt", "8", "--train.batch_size", "32",
+           "--data.max_len", "4096", "--actor.gradient_checkpointing_enable", "--plan.gpu_memory_gib", "40"]
+    proc = subprocess.run([*openrlhf_speed_cmd(), "doctor", "--plan", "--skip_engine", "--skip_ds_ops", "--", *run],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]  # a CPU machine exits 0
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| memory plan"))
+    assert "| MISSING | does not fit: actor needs" in row and "GPU 40 GiB (--plan.gpu_memory_gib)" in row, row
+    assert "--ds.adam_offload (" in row
+    assert "[openrlhf-speed] memory plan" in proc.stdout and "\nverdict: does not fit: actor" in proc.stdout
 
 
 @pytest.mark.slow

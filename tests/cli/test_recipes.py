@@ -107,7 +107,8 @@ EXPECTED = {
 
 # Qwen/Qwen2.5-32B's config.json (its architecture fields): the multi-node recipe's dry run
 # checks --megatron.tp / --megatron.pp against the model's heads and layers, so it gets this
-# instead of the embedded model's config.
+# instead of the embedded model's config. The 7B recipes get Qwen/Qwen2.5-Math-7B's, so their
+# memory plans are the real model's.
 QWEN25_32B_CONFIG = {
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu", "hidden_size": 5120,
     "intermediate_size": 27648, "num_hidden_layers": 64, "num_attention_heads": 40, "num_key_value_heads": 8,
@@ -115,6 +116,11 @@ QWEN25_32B_CONFIG = {
     "max_window_layers": 64, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": 131072,
     "use_sliding_window": False, "attention_dropout": 0.0, "initializer_range": 0.02, "torch_dtype": "bfloat16",
     "bos_token_id": 151643, "eos_token_id": 151643,
+}
+QWEN25_MATH_7B_CONFIG = {
+    **QWEN25_32B_CONFIG, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+    "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 4096, "max_window_layers": 28,
+    "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096,
 }
 
 
@@ -168,12 +174,17 @@ def inputs(tmp_path_factory):
     model_32b = root / "qwen2.5-32b"
     model_32b.mkdir()
     (model_32b / "config.json").write_text(json.dumps(QWEN25_32B_CONFIG))
+    model_7b = root / "qwen2.5-math-7b"
+    model_7b.mkdir()
+    (model_7b / "config.json").write_text(json.dumps(QWEN25_MATH_7B_CONFIG))
     return {"MODEL_PATH": str(model), "DATA_PATH": str(data), "EVAL_PATH": str(held_out), "OUT": str(root / "out"),
-            "MODEL_PATH_32B": str(model_32b)}
+            "MODEL_PATH_32B": str(model_32b), "MODEL_PATH_7B": str(model_7b)}
 
 
 def model_path(name: str, inputs: dict) -> str:
-    return inputs["MODEL_PATH_32B"] if name == MULTINODE else inputs["MODEL_PATH"]
+    if name == MULTINODE:
+        return inputs["MODEL_PATH_32B"]
+    return inputs["MODEL_PATH_7B"] if "qwen7b" in name else inputs["MODEL_PATH"]
 
 
 def script_env(name: str, inputs: dict, **overrides) -> dict:
@@ -280,6 +291,7 @@ def test_dry_run_resolves_the_recipe(recipe, dry_runs, inputs):
         check_megatron_plan(recipe, config, resources)
     else:
         assert "megatron" not in resources
+    check_memory_plan(out, config, resources)
 
     if recipe == MULTINODE:  # the Slurm job allocates what the recipe plans
         text = SBATCH.read_text()
@@ -313,6 +325,31 @@ def test_cpu_recipe_rerun_resumes_from_the_last_checkpoint(inputs):
     result = run_script(name, script_env(name, inputs, OUT=str(out)), "--dry_run")
     assert result.returncode != 0 and "global_step2.pt is missing" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+def check_memory_plan(out, config: dict, resources: dict) -> None:
+    """Every GPU recipe's dry run ends with the memory plan of the model it names (read from
+    its config.json) and the verdict `fits` on the hardware its header names (80 GB GPUs,
+    assumed here: this machine has none)."""
+    memory = resources["memory"]
+    cfg = json.loads((Path(config["actor"]["model_name_or_path"]) / "config.json").read_text())
+    assert memory["model"]["params"] == qwen2_params(cfg)
+    assert [p["key"] for p in memory["parts"]] == ["actor", "engines", "host"]
+    assert "GPU 79.2 GiB (assumed" in memory["hardware"]["source"]
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1] == "verdict: fits" == f"verdict: {memory['verdict']}", out.stderr[-3000:]
+    assert "[openrlhf-speed] memory plan" in lines
+
+
+def test_7b_recipe_without_offload_on_2_actor_gpus_names_the_fix(inputs):
+    """ADAM_OFFLOAD=0 with 2 actor GPUs: 18 B x 7.6e9 parameters / 2 GPUs of Adam states and
+    fp32 copies does not fit an 80 GB GPU; the plan says so and names the flag."""
+    name = "train_speed_rloo_qwen7b.sh"
+    out = run_script(name, script_env(name, inputs, ADAM_OFFLOAD="0", ACTOR_GPUS="2"), "--dry_run")
+    memory = plan_of(out)["resources"]["memory"]
+    verdict = out.stderr.strip().splitlines()[-1]
+    assert verdict == f"verdict: {memory['verdict']}"
+    assert verdict.startswith("verdict: does not fit: actor needs ") and "fix: --ds.adam_offload (" in verdict, verdict
 
 
 def check_megatron_plan(recipe: str, config: dict, resources: dict) -> None:
