@@ -69,7 +69,7 @@ def print_table(table: dict, k: int) -> None:
               f"{s['never_solved']:>8.2f}{s['always_solved']:>8.2f}{s['tokens_per_answer']:>9.1f}")
 
 
-def _engine_dtype(choice: str) -> str:
+def _engine_dtype(choice: str, tag: str = "evaluate") -> str:
     if choice != "auto":
         return choice
     import torch
@@ -79,7 +79,7 @@ def _engine_dtype(choice: str) -> str:
     if torch.cuda.is_available():
         return "bfloat16"
     prec = cpu_precision()
-    print(f"[evaluate] dtype: {prec.reason}: engine in {VLLM_NAMES[prec.dtype]}", flush=True)
+    print(f"[{tag}] dtype: {prec.reason}: engine in {VLLM_NAMES[prec.dtype]}", flush=True)
     return VLLM_NAMES[prec.dtype]
 
 
