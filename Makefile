@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-gpu check-gpu-setup check-gpu-resolve test-gpu train proving bench-proving test test-fast test-extra test-all clean
+.PHONY: setup setup-gpu check-gpu-setup check-gpu-resolve test-gpu train proving bench-proving bench-proving-v4 soak scale test test-fast test-extra test-all clean
 setup:
 	bash scripts/bootstrap.sh
 
@@ -31,12 +31,33 @@ train: setup
 proving: setup
 	$(VENV)/bin/openrlhf-speed proving-ground build
 
-# The proving benchmark; --publish copies results.json, summary.md and accuracy.png into docs/,
-# and the runs' evidence into docs/bench_proving/. BENCH_ARGS adds flags: `make bench-proving
-# BENCH_ARGS=--resume` goes on with a stopped one (on a new machine: cp -r docs/bench_proving runs/ first).
+# The proving benchmark on proving ground v5 (100 steps, the paper's regime). --publish copies
+# results.json and the runs' evidence (bench.json, each run's metrics.jsonl) into
+# benchmarks/proving-v5/$(BENCH_KIND), --publish_docs the report (summary.md and the plots) into
+# docs/proving-v5/$(BENCH_KIND); BENCH_KIND is the CPU kind torch dispatches to (avx2, avx512), since
+# each kind's table stands on its own. BENCH_ARGS adds flags: `make bench-proving BENCH_ARGS=--resume`
+# goes on with a stopped one. bench-proving-v4 is the published v4 table (30 steps): on a new machine,
+# mkdir -p runs && cp -r benchmarks/proving-v4/avx2 runs/bench_proving first, then BENCH_ARGS=--resume.
 BENCH_ARGS ?=
+BENCH_KIND ?= $(shell $(PY) -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())" 2>/dev/null)
 bench-proving: setup
-	$(VENV)/bin/openrlhf-speed bench --mode proving --out runs/bench_proving --publish docs $(BENCH_ARGS)
+	$(VENV)/bin/openrlhf-speed bench --mode proving --out runs/bench_proving_v5 --publish benchmarks/proving-v5/$(BENCH_KIND) \
+		--publish_docs docs/proving-v5/$(BENCH_KIND) $(BENCH_ARGS)
+
+bench-proving-v4: setup
+	$(VENV)/bin/openrlhf-speed bench --mode proving-v4 --out runs/bench_proving --publish benchmarks/proving-v4/$(BENCH_KIND) \
+		--publish_docs docs/proving-v4/$(BENCH_KIND) $(BENCH_ARGS)
+
+# Long-run checks, not in CI. soak: 1,000 steps each of speed, greso and speed_bayes on the proving
+# model, recorded every 50 steps and checked for growth (hours on 2 cores; rerun to go on after a stop).
+# scale: a 400,000-prompt run's start-up, 5 steps, checkpoint and resume against their budgets.
+SOAK_ARGS ?=
+soak: setup
+	$(VENV)/bin/openrlhf-speed soak --out runs/soak --publish benchmarks/soak --publish_docs docs/soak $(SOAK_ARGS)
+
+SCALE_ARGS ?=
+scale: setup
+	$(VENV)/bin/openrlhf-speed scale --out runs/scale --publish benchmarks/scale --publish_docs docs/scale $(SCALE_ARGS)
 
 # Default test run: unit + property tests and the short CPU end-to-end runs (slow marker).
 test: setup

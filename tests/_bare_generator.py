@@ -16,7 +16,7 @@ def bare_generator(prompts: list, labels: list, config: SpeedConfig, engines: li
     g.scheduler = Scheduler(num_prompts=len(prompts), config=config)
     g.vllm_engines, g._engine_load, g._pending = engines, [0] * len(engines), {}
     g.policy_version, g._overhead_s, g.reward_guard = 0, 0.0, RewardGuard()
-    g._counts, g._traced_prompts, g._trace = dict.fromkeys(COUNTS, 0.0), set(), trace
+    g._counts, g._trace = dict.fromkeys(COUNTS, 0.0), trace  # trace: a rollout.trace.TraceFile
     g.max_steps, g._kwargs, g.last_metrics = None, {}, {}
     return g
 

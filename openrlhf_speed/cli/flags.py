@@ -40,6 +40,9 @@ def add_arguments(parser) -> None:
     from openrlhf_speed.cli.megatron_flags import add_megatron_arguments
 
     add_megatron_arguments(parser)
+    from openrlhf_speed.cli.memory_plan import add_plan_arguments
+
+    add_plan_arguments(parser)
     group = parser.add_argument_group("openrlhf-speed")
     group.add_argument(
         "--dry_run",
@@ -107,6 +110,16 @@ def add_arguments(parser) -> None:
         "(OpenRLHF's choice) and on CPUs with native bf16, float32 on CPUs without it. float32 with an fp32 actor "
         "makes the engine's log-probs match the actor's to rounding; the weight sync casts to whatever the engine "
         "holds.",
+    )
+    group.add_argument(
+        "--ckpt.verify",
+        type=str,
+        default="sha256",
+        choices=["sha256", "size"],
+        help="What each checkpoint's manifest (written after the save, read before a resume) records of its files: "
+        "sha256 (default) catches truncated, missing and zero-filled files, at the cost of reading the checkpoint "
+        "back once per save and once per resume; size catches truncated and missing ones only. A resume loads the "
+        "newest checkpoint whose manifest holds, and says which one was damaged.",
     )
     group.add_argument(
         "--ray.num_cpus",
@@ -198,14 +211,20 @@ def add_speed_arguments(parser) -> None:
                    "drain before the weight sync; for engines with devices of their own. off (default): the work in "
                    "flight when a batch is complete runs on, nothing new is sent until the next step; on CPU, where "
                    "engines and actor share the cores, 'on' measured 14%% (B=16) and 25%% (B=8) slower steps (README)")
-    g.add_argument("--speed.schedule", type=str, default="overlap", choices=["overlap", "serial"],
-                   help="overlap (default): requests still in flight when a batch is complete keep generating "
-                   "during the step's experience making and training, which hides generation where engines have "
-                   "devices of their own. serial: they are collected first, so the engines idle while the actor "
-                   "works; for CPU, where both share the cores (11-15%% cheaper driver steps on 2 cores, docs/cpu.md). OpenRLHF's "
-                   "own generation (--speed.strategy off) is serial already")
+    g.add_argument("--speed.schedule", type=str, default="auto", choices=["auto", "overlap", "serial"],
+                   help="overlap: requests still in flight when a batch is complete keep generating during the "
+                   "step's experience making and training, which hides generation where engines have devices of "
+                   "their own. serial: they are collected first, so the engines idle while the actor works; for "
+                   "CPU, where both share the cores (11-15%% cheaper driver steps on 2 cores, docs/cpu.md). auto "
+                   "(default): serial on CPU, overlap on GPUs, and overlap with --speed.feed_during_training on, "
+                   "--train.async_enable or --train.generation_only; the run's first lines say which. OpenRLHF's own "
+                   "generation (--speed.strategy off) is serial already")
     g.add_argument("--speed.trace_path", type=str, default=None,
                    help="append one JSON line per curriculum event (prompt started, batch, restore) to this file")
+    g.add_argument("--speed.trace_max_mb", type=float, default=1024,
+                   help="rotate the trace when it passes this size: it becomes PATH.1 (replacing the previous one) "
+                   "and a new PATH starts with the engine settings again, so at most twice this is kept; 0: never "
+                   "rotate. Default: 1024")
 
 
 def _validate_speed(args) -> None:
@@ -243,6 +262,25 @@ def _validate_speed(args) -> None:
                         "or use --speed.strategy off.")
     if args.train.max_steps is not None and args.train.max_steps < 1:
         raise FlagError(f"--train.max_steps ({args.train.max_steps}) must be >= 1")
+
+
+def _resolve_schedule(args, run_device: str) -> str:
+    """`--speed.schedule auto` -> overlap or serial for the device the run was decided for, so
+    the driver sees one of the two; returns the note that says which and why. A dry run on a
+    machine without CUDA leaves an auto that depends on the device in the plan, as it does the
+    dtype: the recipe may name GPUs, and the machine that runs it resolves it."""
+    from openrlhf_speed.rollout.speed_config import resolve_schedule
+
+    s = args.speed
+    kw = dict(feed_during_training=s.feed_during_training, async_enable=args.train.async_enable,
+              generation_only=getattr(args.train, "generation_only", False))
+    schedule, why = resolve_schedule(s.schedule, run_device, **kw)
+    on_gpu = resolve_schedule(s.schedule, "cuda", **kw)[0]
+    if args.dry_run and compat.cpu_mode() and schedule != on_gpu:
+        return f"schedule: auto, left to the machine that runs it: {schedule} here ({why}), {on_gpu} on GPUs"
+    s.schedule = schedule
+    off = s.strategy == "off"
+    return f"schedule: {schedule} ({why})" + ("; --speed.strategy off: OpenRLHF's own generation" if off else "")
 
 
 def _check_ranges(args) -> None:
@@ -439,6 +477,7 @@ def prepare(args) -> None:
     else:
         notes += _adapt_to_cpu(args) if cpu else []
         notes += resolve_dtypes(args, cpu=cpu)
+    notes.append(_resolve_schedule(args, run_device))
     _validate_speed(args)
     notes += _check_inputs(args)
     from openrlhf_speed.cli.preflight import optimizer_steps, optimizer_steps_note
@@ -468,7 +507,8 @@ def prepare(args) -> None:
         from openrlhf_speed.rollout.checkpoint import ResumeError, resume_point
 
         try:
-            notes.append(resume_point(args.ckpt.path, curriculum=cfg is not None).message)
+            # Not in a dry run: a damaged newest checkpoint is then named but left in place.
+            notes.append(resume_point(args.ckpt.path, curriculum=cfg is not None, apply=not args.dry_run).message)
         except ResumeError as e:
             raise FlagError(str(e))
     for note in notes:
@@ -482,7 +522,13 @@ def prepare(args) -> None:
 
 
 def print_dry_run(args) -> None:
+    """The config and resources as JSON on stdout; then the memory plan, readable, on stderr,
+    last, so its verdict is the last line a user sees (its figures are in resources.memory)."""
+    from openrlhf_speed.cli.memory_plan import dry_run_plan
+
     plan = args._dry_run_plan
     del args._dry_run_plan
+    plan["memory"], text = dry_run_plan(args)
     print(json.dumps({"config": _jsonable(args), "resources": plan}, indent=2, default=str))
     sys.stdout.flush()
+    print(text, file=sys.stderr, flush=True)

@@ -60,6 +60,11 @@ def range_errors(args) -> list:
         if bad_low or (high is not None and value > high):
             span = f"{'>=' if low_ok else '>'} {low:g}" + (f" and <= {high:g}" if high is not None else "")
             errors.append(f"--{flag} {value:g} is out of range: must be {span} ({why})")
+    ckpt = getattr(args, "ckpt", None)
+    if ckpt is not None and ckpt.save_steps != -1 and ckpt.max_num < 2:
+        errors.append(f"--ckpt.max_num {ckpt.max_num} is out of range: must be >= 2 while checkpoints are saved "
+                      "(OpenRLHF deletes the older checkpoints before it writes the next one, so with 1 a full disk, "
+                      "a crash or a damaged file during that save leaves none to resume from)")
     return errors
 
 

@@ -23,8 +23,8 @@ reuses its conversion of an engine response into an `Experience`. Per request:
   (`--algo.advantage.is_correction_level`, turned on by `--speed.is_correction auto`):
   with it on, the engines return the sampled tokens' log-probs (`_sampling_params`), the
   rollout policy's side of the ratio pi_current / pi_rollout.
-- `--speed.schedule serial` (for CPU): that work in flight is collected before the step
-  instead (`_collect_before_step`), so the engines and the actor never share the cores.
+- `--speed.schedule serial` (auto's choice on CPU): that work in flight is collected before
+  the step instead (`_collect_before_step`), so the engines and the actor never share the cores.
 - starvation: warnings the scheduler issues while no batch forms are printed at once.
 - over-long prompts: a prompt longer than the prompt limit (`--data.max_len` minus
   `--rollout.max_new_tokens`) is skipped when the driver starts, never sent, and counted
@@ -52,14 +52,14 @@ more than `speed/tokens_generated` then), `timing_parts/convert` (the conversion
 time-weighted: the batch the engines could work on (bench/driver.py compares it with raw vLLM).
 
 Trace (`--speed.trace_path`): "config" (the engines' settings), "prompt" (the text sent for a
-prompt index, once per process), "start" / "continue" / "regenerate" (one per dispatched
+prompt index, once per process and file), "start" / "continue" / "regenerate" (one per dispatched
 request: prompt, n, the sampling fields), "scored", "batch", "drained" (before a weight sync),
 "save" / "restore" (the scheduler's position, buffer, in-flight prompts, totals), ...: enough
 to replay the same requests against raw vLLM (bench/driver.py). Older traces lack "config", "prompt",
 "continue" and the n/sampling fields; readers of "start" events see one per screening, as before.
+Past `--speed.trace_max_mb` the trace rotates (rollout/trace.py: each file stands alone).
 """
 
-import json
 import math
 import threading
 import time
@@ -76,6 +76,7 @@ from openrlhf_speed.curriculum import Response, Scheduler, SpeedConfig
 from openrlhf_speed.data.loader import prompt_limit
 from openrlhf_speed.rewards.guard import DEFAULT_MAX_ERROR_RATE, DEFAULT_RETRIES, RewardGuard, invalid_reason
 from openrlhf_speed.rollout.checkpoint import resume_hint
+from openrlhf_speed.rollout.trace import TraceFile
 
 
 # Per-window counters of _collect, reported as these metrics (see the module docstring).
@@ -84,6 +85,9 @@ COUNTS = {"tokens": "driver/tokens_returned", "responses": "driver/responses_ret
           "fed_responses": "driver/responses_fed", "fed_s": "driver/feed_s"}
 # How often the feeding thread looks for a stop while it waits on the engines (seconds).
 _FEED_POLL_S = 0.05
+# The batch progress bar's least interval between redraws (seconds). In a log file every
+# redraw is a line: at one per collected request, thousands per step at 7B scale.
+_BAR_INTERVAL_S = 5.0
 
 
 class EngineDiedError(RuntimeError):
@@ -124,6 +128,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
     _feeder: Optional[threading.Thread] = None  # the feeding thread while it runs (start_feeding)
     _feed_stop: Optional[threading.Event] = None
     _feed_error: Optional[BaseException] = None
+    _finished = False  # the curriculum's end was reported
 
     def __init__(self, strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines, config: SpeedConfig,
                  trace_path: Optional[str] = None, max_steps: Optional[int] = None):
@@ -149,13 +154,13 @@ class SpeedSamplesGenerator(SamplesGenerator):
             retries=getattr(speed_args, "reward_retries", DEFAULT_RETRIES),
         )
         self._engine_load = [0] * len(self.vllm_engines)  # responses outstanding per engine
-        self._trace = open(trace_path, "a") if trace_path else None
+        max_mb = getattr(speed_args, "trace_max_mb", 0) or 0
+        self._trace = TraceFile(trace_path, int(max_mb * 2**20)) if trace_path else None
         self.last_metrics: dict = {}
         self._kwargs: dict = {}  # generate kwargs of the current step, for drain()
         self.max_steps = max_steps  # --train.max_steps: the run ends after this many batches
         self._overhead_s = 0.0  # driver time since the last batch, see the module docstring
         self._counts = dict.fromkeys(COUNTS, 0.0)  # the driver/* figures since the last batch
-        self._traced_prompts: set = set()  # prompt indices whose text is in the trace already
         # Sent once: each request would carry it otherwise (rollout/engine.py, set_tokenizer).
         ray.get([engine.set_tokenizer.remote(self.tokenizer) for engine in self.vllm_engines])
         if self._trace is not None:
@@ -170,6 +175,9 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self.scheduler.policy_version = self.policy_version
         batch = None if self._step_limit_reached() else self._fill_batch(generate_kwargs)
         if batch is None:
+            if self._finished:  # OpenRLHF asks once more per remaining --train.num_episodes
+                return [], None, 0, True
+            self._finished = True
             totals = self.scheduler.totals()
             print(
                 f"[openrlhf-speed] curriculum finished: {totals.get('prompts_started', 0):.0f} prompts started, "
@@ -200,9 +208,10 @@ class SpeedSamplesGenerator(SamplesGenerator):
     def _collect_before_step(self, kwargs) -> float:
         """`--speed.schedule serial`: collect the requests still in flight now that the batch is
         complete, so the engines idle during the step's experience making and training (seconds
-        waited; 0 with the default overlap). On 2 shared CPU cores the overlap slowed the actor's
-        forward passes 3.8x and cost more than it hid (docs/benchmarks.md, the 2-core profile).
-        What is collected is buffered, as at the drain, and trains one policy version later."""
+        waited; 0 with overlap; cli/flags.py has resolved auto to one of the two). On 2 shared
+        CPU cores the overlap slowed the actor's forward passes 3.8x and cost more than it hid
+        (docs/benchmarks.md, the 2-core profile). What is collected is buffered, as at the
+        drain, and trains one policy version later."""
         speed_args = getattr(self.args, "speed", None)
         if getattr(speed_args, "schedule", "overlap") != "serial":
             return 0.0
@@ -278,11 +287,12 @@ class SpeedSamplesGenerator(SamplesGenerator):
     # -- driving the scheduler ---------------------------------------------------------
     def _fill_batch(self, kwargs):
         self._kwargs = kwargs
-        bar = tqdm(total=self.scheduler.config.batch_prompts, desc="SPEED batch (groups ready)", leave=False)
+        bar = tqdm(total=self.scheduler.config.batch_prompts, desc="SPEED batch (groups ready)", leave=False,
+                   mininterval=_BAR_INTERVAL_S)
         while True:
             t0 = time.perf_counter()
-            bar.n = min(self.scheduler.buffer_len, bar.total)
-            bar.set_postfix(inflight=self.scheduler.inflight_prompts, refresh=True)
+            bar.set_postfix(inflight=self.scheduler.inflight_prompts, refresh=False)
+            bar.update(min(self.scheduler.buffer_len, bar.total) - bar.n)  # redraws at most every _BAR_INTERVAL_S
             batch = self.scheduler.pop_batch()
             if batch is not None or self.scheduler.exhausted:
                 bar.close()
@@ -335,15 +345,15 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self._engine_load[engine] += n
         if self._trace is None:
             return
-        if request.prompt_index not in self._traced_prompts:
-            self._traced_prompts.add(request.prompt_index)
-            self._log("prompt", prompt=request.prompt_index, text=self.prompts[request.prompt_index])
+        # The prompt's text once per trace file, before its first request there.
+        text = self._record("prompt", prompt=request.prompt_index, text=self.prompts[request.prompt_index])
         fields = dict(prompt=request.prompt_index, phase=request.phase, n=n, engine=engine,
                       sampling=_sampling_fields(params, max_length))
         if attempt:
-            self._log("regenerate", attempt=attempt, **fields)
+            event = self._record("regenerate", attempt=attempt, **fields)
         else:  # "start" stays one per screening (older readers count them); a continuation is its own event
-            self._log("continue" if request.phase == "continue" else "start", epoch=request.epoch, **fields)
+            event = self._record("continue" if request.phase == "continue" else "start", epoch=request.epoch, **fields)
+        self._trace.write(event, once=(request.prompt_index, text))
 
     def _collect(self, kwargs, timeout: Optional[float] = None, background: bool = False) -> None:
         """Wait for at least one request (at most `timeout` seconds), then take every other one
@@ -443,13 +453,15 @@ class SpeedSamplesGenerator(SamplesGenerator):
         """What a replay needs to build the same engine (bench/driver.py, cli/replay.py)."""
         a = self.args
         settings = ray.get(self.vllm_engines[0].engine_settings.remote())  # dtype, scheduler limits, caching
-        self._log("config", model=a.actor.model_name_or_path, num_engines=len(self.vllm_engines), seed=a.train.seed,
-                  max_model_len=a.data.max_len, enforce_eager=a.vllm.enforce_eager,
+        self._log("config", header=True, model=a.actor.model_name_or_path, num_engines=len(self.vllm_engines),
+                  seed=a.train.seed, max_model_len=a.data.max_len, enforce_eager=a.vllm.enforce_eager,
                   gpu_memory_utilization=a.vllm.gpu_memory_utilization,
                   logprobs_mode="processed_logprobs" if a.algo.advantage.is_correction_level != "off" else None,
                   **settings)
 
-    def _log(self, event: str, **fields) -> None:
+    def _record(self, event: str, **fields) -> dict:
+        return {"event": event, "policy_version": self.policy_version, **fields}
+
+    def _log(self, event: str, header: bool = False, **fields) -> None:
         if self._trace is not None:
-            self._trace.write(json.dumps({"event": event, "policy_version": self.policy_version, **fields}) + "\n")
-            self._trace.flush()
+            self._trace.write(self._record(event, **fields), header=header)

@@ -10,8 +10,9 @@ Step anatomy with SPEED: generate_samples (the curriculum fills a batch; pre-fet
 requests keep running) -> experience -> train (meanwhile the driver's feeding thread keeps
 the engines busy, `--speed.feed_during_training`) -> drain (stop feeding, collect requests
 still in flight, so none straddles a weight change) -> weight sync (policy version + 1) -> checkpoint
-(the curriculum state first, then the actor's; see rollout/checkpoint.py for why that
-order, and which checkpoint a rerun with --ckpt.load_enable reads).
+(the curriculum state first, then the actor's, then the manifest that makes it complete; see
+rollout/checkpoint.py for why that order, and which checkpoint a rerun with --ckpt.load_enable
+reads, and rollout/ckpt_manifest.py for a damaged checkpoint and a full disk).
 
 The reward is computed inside the vLLM engine actors as each response finishes, so it
 overlaps generation; `timing_parts/reward` is the reward function's own time summed over the
@@ -40,8 +41,10 @@ estimated with `--eval.n_samples_per_prompt` samples), the figure `openrlhf-spee
 evaluate` reports as accuracy.
 """
 
+import contextlib
 import json
 import os
+import shutil
 import time
 
 import ray
@@ -49,7 +52,9 @@ import torch
 
 from openrlhf_speed.backends.fingerprints import compare
 from openrlhf_speed.rewards.guard import RewardError, invalid_reason
-from openrlhf_speed.rollout.checkpoint import atomic_save, curriculum_state_path, saved_steps
+from openrlhf_speed.rollout import ckpt_manifest
+from openrlhf_speed.rollout.checkpoint import (ACTOR_DIR, ResumeError, adopt_folder, atomic_save,
+                                               curriculum_state_path, resume_hint, resume_point, saved_steps)
 from openrlhf_speed.rollout.speed_config import speed_config
 
 
@@ -86,9 +91,11 @@ def group_token_metrics(rollout_samples, n: int) -> dict:
     total = sum(lengths)
     out = {"speed/tokens_generated": total, "speed/tokens_full": total, "speed/tokens_trained": total}
     if n > 0 and total and len(lengths) % n == 0:
+        # One set, as the driver's share (curriculum/metrics.py): the step's responses, all trained.
         rewards = [float(s.rewards.sum()) for s in rollout_samples]
         useful = sum(sum(lengths[g:g + n]) for g in range(0, len(lengths), n)
                      if max(rewards[g:g + n]) != min(rewards[g:g + n]))
+        out["speed/tokens_useful"] = useful
         out["speed/useful_token_share"] = useful / total
     return out
 
@@ -107,7 +114,8 @@ def step_line(step: int, status: dict) -> str:
         ("speed/staleness_screen_mean", "staleness", "{:.2f}"),
         ("driver/tokens_returned", "gen_tokens", "{:.0f}"),
     ):
-        if key in status:
+        # A curriculum figure that does not apply reads NaN (uniform's qualification): left out.
+        if key in status and not (key.startswith("speed/") and status[key] != status[key]):
             parts.append(f"{label} {fmt.format(status[key])}")
     if status.get("reward/errors") or status.get("reward/timeouts") or status.get("reward/refused"):
         parts.append("reward errors {:.0f} timeouts {:.0f} refused {:.0f}".format(
@@ -136,6 +144,7 @@ def make_trainer_class(upstream_actor_class):
         _drain_time = 0.0
         _clock_start = None
         _excluded_s = 0.0  # evaluation + checkpointing, off the training clock
+        _state_saved_step = None  # the step whose curriculum state this process wrote last
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -274,11 +283,13 @@ def make_trainer_class(upstream_actor_class):
                 self._log_jsonl({"event": "step", "step": global_step, "train_wall_s": self._train_wall_s(),
                                  **logs_dict})
             t0 = time.time()
-            # The curriculum state before the actor's checkpoint: the actor's `latest` then
-            # never names a step whose curriculum state is not complete on disk.
-            if self.speed and global_step % self.args.ckpt.save_steps == 0:
-                self._save_curriculum(global_step)
-            super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+            saving = global_step % self.args.ckpt.save_steps == 0
+            with self._checkpoint_write(f"global_step{global_step}", global_step) if saving else contextlib.nullcontext():
+                # The curriculum state before the actor's checkpoint: the actor's `latest` then
+                # never names a step whose curriculum state is not complete on disk.
+                if self.speed and saving:
+                    self._save_curriculum(global_step)
+                super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
             self._excluded_s += time.time() - t0
 
         def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
@@ -287,10 +298,50 @@ def make_trainer_class(upstream_actor_class):
             # a --ckpt.save_steps step). It is checkpointing, so off the training clock: each
             # new best held-out accuracy writes the actor and its optimizer (tens of MB).
             t0 = time.time()
-            if self.speed and eval_metrics:
-                self._save_curriculum(global_step)
-            super().save_best_checkpoint(eval_metrics, global_step, client_states)
+            with self._checkpoint_write(f"best_global_step{global_step}", global_step):
+                # Saved already when K is a --ckpt.save_steps step: rewriting it would change the
+                # file the regular checkpoint's manifest vouches for.
+                if self.speed and eval_metrics and self._state_saved_step != global_step:
+                    self._save_curriculum(global_step)
+                super().save_best_checkpoint(eval_metrics, global_step, client_states)
             self._excluded_s += time.time() - t0
+
+        # -- checkpoint integrity (rollout/ckpt_manifest.py) ------------------------------
+        @contextlib.contextmanager
+        def _checkpoint_write(self, tag: str, step: int):
+            """Around one checkpoint save: before it, the folder is marked as one whose tags
+            carry manifests; after it, the manifest of `tag` (if the actor wrote it) is written
+            last. A save that fails with the disk full removes what it wrote of `tag` and stops
+            the run with CheckpointDiskFullError, one line naming the folder and the space."""
+            ckpt, hashed = self.args.ckpt.path, getattr(self.args.ckpt, "verify", "sha256") == "sha256"
+            try:
+                adopt_folder(ckpt, hashed=hashed)
+                yield
+                if os.path.isdir(os.path.join(ckpt, ACTOR_DIR, tag)):
+                    state = curriculum_state_path(ckpt, step) if self.speed else None
+                    ckpt_manifest.write_manifest(ckpt, tag, state, hashed=hashed)
+            except Exception as e:
+                folder = os.path.join(ckpt, ACTOR_DIR)
+                needed = (ckpt_manifest.last_checkpoint_bytes(ckpt, exclude=tag)
+                          or ckpt_manifest.model_state_bytes(self.args.actor.model_name_or_path))
+                if not ckpt_manifest.is_disk_full(e, folder, needed):
+                    raise
+                self._remove_unfinished(tag, step)
+                raise ckpt_manifest.CheckpointDiskFullError(ckpt_manifest.disk_full_message(
+                    folder, tag, needed, resume_hint(ckpt, self.args.ckpt.load_enable))) from e
+
+        def _remove_unfinished(self, tag: str, step: int) -> None:
+            """After a failed save: the tag's files and, unless a complete checkpoint of its
+            step remains, its curriculum state; `latest` back on the last complete tag."""
+            ckpt = self.args.ckpt.path
+            shutil.rmtree(os.path.join(ckpt, ACTOR_DIR, tag), ignore_errors=True)
+            try:
+                kept = resume_point(ckpt, curriculum=self.speed, apply=True).step
+            except ResumeError:  # the message's resume hint says what is wrong
+                return
+            state = curriculum_state_path(ckpt, step)
+            if kept < step and os.path.isfile(state):
+                os.remove(state)
 
         # -- curriculum checkpoints ----------------------------------------------------
         def init_checkpoint_states(self):
@@ -304,6 +355,7 @@ def make_trainer_class(upstream_actor_class):
         def _save_curriculum(self, global_step: int) -> None:
             state = self.samples_generator.state_dict()
             atomic_save(state, curriculum_state_path(self.args.ckpt.path, global_step))
+            self._state_saved_step = global_step
             self.samples_generator.log_saved(global_step, state)
             # One more than the actor keeps: if a crash cuts the actor's save that follows,
             # `latest` still names the previous step, whose state must still be here.
@@ -325,10 +377,11 @@ def make_trainer_class(upstream_actor_class):
                     "was not written by openrlhf-speed with this --ckpt.path, or the file was deleted. Resume from a "
                     "complete checkpoint, or start over without --ckpt.load_enable."
                 )
+            t0 = time.time()
             self.samples_generator.load_state_dict(torch.load(path, weights_only=False))
             self._resume_sync = True  # upstream fit re-syncs the same weights on resume
             print(f"[openrlhf-speed] resuming from step {step}: restored the curriculum state of step {step} from "
-                  f"{path}", flush=True)
+                  f"{path} in {time.time() - t0:.2f}s", flush=True)
 
         # -- weight-sync check ---------------------------------------------------------
         def check_weight_sync(self, label: str) -> dict:

@@ -38,6 +38,16 @@ def test_defaults_are_in_range():
     assert preflight.range_errors(make_args()) == []
 
 
+@pytest.mark.parametrize("max_num,save_steps,errors", [(1, 2, 1), (2, 2, 0), (1, -1, 0)])
+def test_one_kept_checkpoint_is_refused_while_checkpoints_are_saved(max_num, save_steps, errors):
+    """OpenRLHF deletes the older checkpoints before writing the next: with 1 kept, a failed
+    save leaves nothing to resume from (docs/long_runs.md)."""
+    args = make_args()
+    args.ckpt = NS(max_num=max_num, save_steps=save_steps)
+    out = preflight.range_errors(args)
+    assert len(out) == errors and all(e.startswith("--ckpt.max_num 1 is out of range: must be >= 2") for e in out)
+
+
 def write(tmp_path, name, text):
     path = tmp_path / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())

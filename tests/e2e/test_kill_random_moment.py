@@ -12,8 +12,8 @@ trace (`--speed.trace_path`) and checkpoint folder:
   the actor's checkpoint is being written, `latest` still names step k-1).
 The driver's whole process tree is SIGKILLed (tests/_kill_util.py), the same command runs
 again, and:
-- it prints the resume line for the last complete checkpoint K (`_actor/latest` after the
-  kill; "starting fresh" when there is none);
+- it prints the resume line for the last complete checkpoint K (the newest whose manifest
+  holds after the kill; "starting fresh" when there is none);
 - the curriculum state it restores equals the one saved with checkpoint K (buffer, in-flight
   prompts, position, request ids, totals; trace "restore" against "save");
 - counting the first run's prompt starts up to that save and the rerun's, every prompt is
@@ -31,6 +31,8 @@ from typing import NamedTuple
 
 import pytest
 from _kill_util import B, N, N_INIT, STEP_LINE, events, recipe_cmd, rerun, run_and_kill_when
+
+from openrlhf_speed.rollout.checkpoint import resume_point
 
 PHASES = ("generation", "training", "weight_sync", "checkpoint_write")
 # Seconds after the marker: within each phase's length on 2 cores for this small run.
@@ -112,7 +114,9 @@ def kill_and_rerun(tmp_path, seed: int) -> None:
     out = tmp_path / "out"
     cmd = recipe_cmd("--train.max_steps", str(STEPS))
     log_a, trace_a, killed = run_and_kill_when(cmd, out, tmp_path / "run_a.log", marker(moment), moment.delay_s)
-    k = _latest(out)
+    # The last complete checkpoint: the newest whose manifest holds (a kill after DeepSpeed
+    # wrote `latest` but before the manifest leaves the previous one the last complete).
+    k = resume_point(str(out / "ckpt"), curriculum=True).step
     last = trace_a[-1]["event"] if trace_a else None
     context = (f"kill seed {seed} ({moment.phase} of step {moment.step} + {moment.delay_s} s; killed: {killed}; "
                f"last trace event {last!r}; last complete checkpoint {k}); logs in {tmp_path}")

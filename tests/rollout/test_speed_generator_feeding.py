@@ -171,3 +171,21 @@ def test_a_serial_schedule_collects_the_work_in_flight_before_the_step(gen, sche
     batch, *_ = gen.generate_samples(**KWARGS)
     assert len(batch) == 12
 
+
+
+def test_a_step_redraws_its_progress_bar_a_few_times_not_once_per_request(gen, capsys):
+    """In a log file every redraw of the batch bar is a line: at 7B scale a step collects
+    thousands of requests, so the bar is redrawn by time, not per request."""
+    gen.generate_samples(**KWARGS)
+    assert len(gen.vllm_engines[0].sent) >= 6
+    assert capsys.readouterr().err.count("SPEED batch") <= 3
+
+
+def test_the_end_of_the_curriculum_is_reported_once(gen, capsys):
+    """OpenRLHF asks for samples once more per remaining --train.num_episodes after the last step."""
+    gen.max_steps = 1
+    assert gen.generate_samples(**KWARGS)[0]
+    gen.drain()
+    for _ in range(3):
+        assert gen.generate_samples(**KWARGS) == ([], None, 0, True)
+    assert capsys.readouterr().out.count("curriculum finished") == 1

@@ -1,7 +1,8 @@
 """The SPEED driver's trace holds every request it dispatches, in a form the raw-vLLM replay
 reads back (bench/driver.py), and `_collect` counts what the engines returned (the driver/*
 metrics). Drives `_dispatch` and `_collect` against the real Scheduler with a fake engine
-and Ray's wait/get replaced: no Ray or vLLM runs."""
+and Ray's wait/get replaced: no Ray or vLLM runs. Past `--speed.trace_max_mb` the trace
+rotates, and each file still replays on its own."""
 
 import json
 from types import SimpleNamespace as NS
@@ -13,6 +14,7 @@ import torch
 from _bare_generator import bare_generator, done_at_once
 from openrlhf_speed.bench.driver import replay_requests
 from openrlhf_speed.curriculum import SpeedConfig
+from openrlhf_speed.rollout.trace import TraceFile
 
 KWARGS = {"max_new_tokens": 8, "temperature": 0.9, "top_p": 1.0, "max_len": 64}
 
@@ -40,7 +42,7 @@ def gen(tmp_path, monkeypatch):
                        NS(algo=NS(advantage=NS(is_correction_level="token")), actor=NS(model_name_or_path="/m"),
                           train=NS(seed=7), data=NS(max_len=64),
                           vllm=NS(enforce_eager=True, gpu_memory_utilization=0.9)),
-                       trace=open(tmp_path / "trace.jsonl", "a"))
+                       trace=TraceFile(str(tmp_path / "trace.jsonl")))
     monkeypatch.setattr(ray, "get", lambda ref: ref if isinstance(ref, dict) else [
         {"ref": ref, "length": 5}] * dict(g.vllm_engines[0].sent)[ref])
     monkeypatch.setattr(ray, "wait", done_at_once(0.01))
@@ -61,7 +63,6 @@ def test_every_dispatch_is_in_the_trace_with_what_a_replay_needs(gen, tmp_path):
     assert counts["driver/wait_s"] > 0 and counts["timing_parts/convert"] >= 0
     assert gen.pop_counts()["driver/tokens_returned"] == 0  # reset
 
-    gen._trace.flush()
     events = [json.loads(line) for line in open(tmp_path / "trace.jsonl")]
     assert [e["event"] for e in events[:5]] == ["config", "prompt", "start", "prompt", "start"]
     assert events[0]["dtype"] == "float32" and events[0]["logprobs_mode"] == "processed_logprobs"
@@ -83,7 +84,6 @@ def test_a_continuation_is_its_own_event_and_start_stays_one_per_screening(gen, 
     cont = [r for r in gen.scheduler.next_requests() if r.phase == "continue"]
     assert len(cont) == 1
     gen._dispatch(cont[0], KWARGS)
-    gen._trace.flush()
     events = [json.loads(line) for line in open(tmp_path / "trace.jsonl")]
     assert sum(e["event"] == "start" for e in events) == 1
     assert sum(e["event"] == "prompt" for e in events) == 1  # the text once per prompt
@@ -105,3 +105,27 @@ def test_a_request_carries_no_tokenizer_and_asks_for_the_final_output_only(gen):
         assert kw.get("hf_tokenizer") is None
         assert kw["sampling_params"].output_kind == RequestOutputKind.FINAL_ONLY
         assert kw["num_samples"] == 2 and kw["max_length"] == KWARGS["max_len"]
+
+
+def test_the_trace_rotates_at_its_cap_and_each_file_replays_alone(gen, tmp_path):
+    path = tmp_path / "trace.jsonl"
+    gen._trace.close()
+    gen._trace = TraceFile(str(path), max_bytes=1500)
+    gen._log_config()
+    # Both prompts, again and again (a small dataset wrapping): the trace would grow without end.
+    for _ in range(12):
+        for request in gen.scheduler.next_requests():
+            gen._dispatch(request, KWARGS)
+        gen._pending.clear()
+        gen.scheduler = type(gen.scheduler)(2, gen.scheduler.config)
+    assert gen._trace.rotations >= 2
+    files = [path.with_name("trace.jsonl.1"), path]
+    assert not path.with_name("trace.jsonl.2").exists()
+    for f in files:
+        assert f.stat().st_size <= 1500 + 400  # the cap, overshot by at most one record
+        events = [json.loads(line) for line in open(f)]
+        assert events[0]["event"] == "config"
+        texts = {e["prompt"] for e in events if e["event"] == "prompt"}
+        assert {e["prompt"] for e in events if e["event"] == "start"} <= texts
+        plan = replay_requests(str(f))
+        assert plan["requests"] and all(r["text"] == gen.prompts[r["prompt"]] for r in plan["requests"])
