@@ -66,7 +66,7 @@ def test_engine_curve_file_is_read_and_a_bad_one_refused(tmp_path):
         cc.load_curve(str(bad))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e_extra  # starts vLLM: outside the default tier
 def test_engine_curve_measures_the_real_engine(tmp_path):
     """The CPU curve comes from the project's own vLLM engine: more sequences at once, more tokens/s."""
     import subprocess

@@ -12,7 +12,7 @@ from _util import openrlhf_speed_cmd
 
 from openrlhf_speed.cli.advise_report import render_report
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e_extra  # about a minute: outside the default tier
 
 K, S, N = 16, 4, 4
 

@@ -107,7 +107,7 @@ print(json.dumps({"model": type(actor.model).__name__, "new": seq[0, start:].tol
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e_extra  # starts vLLM and an OpenRLHF actor: outside the default tier
 def test_build_writes_a_model_vllm_and_openrlhf_can_load(built, monkeypatch):
     from openrlhf_speed.cli import doctor_probes
 
