@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _training_speed_actions() -> list:
     """The train command's --speed.* flags (cli/flags.py), as argparse actions."""
-    from openrlhf_speed.cli.flags import add_speed_arguments
+    from openrlhf_speed.cli.speed_flags import add_speed_arguments
 
     source = argparse.ArgumentParser(add_help=False)
     add_speed_arguments(source)

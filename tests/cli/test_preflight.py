@@ -107,7 +107,7 @@ def test_trainer_bounds_staleness_while_the_library_does_not():
     # what pre-fetching across weight syncs lets train (curriculum/config.py says why).
     import argparse
 
-    from openrlhf_speed.cli.flags import add_speed_arguments
+    from openrlhf_speed.cli.speed_flags import add_speed_arguments
     from openrlhf_speed.curriculum import SpeedConfig
     from openrlhf_speed.curriculum.config import DEFAULT_MAX_STALENESS
 
