@@ -18,6 +18,7 @@
 # (make setup-gpu), VENV=.venv-gpu skips the wheels.
 #
 #   bash scripts/gpu_memory_plan_check.sh            # writes $OUT (default /tmp/memory_plan_check)
+#   CASES='8192 or 2048' bash scripts/gpu_memory_plan_check.sh   # a pytest -k selection of the cases
 # Results: $OUT/results.jsonl (one record per case), $OUT/table.md, $OUT/log.txt, $OUT/device.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,20 +49,21 @@ build_op FusedAdamBuilder >"$OUT/build_fused_adam.txt" 2>&1 &
 wait
 echo "Adam ops built in $((SECONDS - start)) s" | tee -a "$OUT/device.txt"
 
-timeout ${CHECK_TIMEOUT:-420} $PY -m pytest -m gpu -s -q -p no:cacheprovider tests/backends/test_memory_plan_gpu.py \
+timeout ${CHECK_TIMEOUT:-420} $PY -m pytest -m gpu -s -q -p no:cacheprovider ${CASES:+-k "$CASES"} tests/backends/test_memory_plan_gpu.py \
   2>&1 | tee "$OUT/log.txt"
 status=${PIPESTATUS[0]}
 $PY - "$MEMORY_PLAN_RESULTS" >"$OUT/table.md" <<'EOF'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])] if __import__("os").path.exists(sys.argv[1]) else []
-print("| model | mode | measured peak GiB | plan GiB | plan / measured | host RSS GiB (plan) | step s | s per token |")
-print("|---|---|---|---|---|---|---|---|")
+print("| model | mode | rows x tokens | measured peak GiB | plan GiB | plan / measured | host RSS GiB (plan) | step s | s per token |")
+print("|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     m, p = r["measured"], r["plan"]
     compared = p["activations"] if r["mode"] == "activations" else p["peak"]
     peak = m["train_peak_gib"] - (m["states_gib"] if r["mode"] == "activations" else 0)
     host = f"{m['host_peak_rss_gib']:.1f} ({p['host']:.1f})" if "host" in p else f"{m['host_peak_rss_gib']:.1f}"
-    print(f"| {r['size']} | {r['mode']} | {peak:.2f} | {compared:.2f} | {r['plan_over_measured']:.2f} | {host} | "
+    held = " (held out)" if r.get("held_out") else ""
+    print(f"| {r['size']} | {r['mode']}{held} | {r['micro']} x {r['max_len']} | {peak:.2f} | {compared:.2f} | {r['plan_over_measured']:.2f} | {host} | "
           f"{sorted(m['step_s'])[len(m['step_s']) // 2]:.3f} | {m['s_per_token']:.2e} |")
 EOF
 cat "$OUT/table.md"

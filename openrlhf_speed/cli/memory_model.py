@@ -8,8 +8,11 @@ Rule: the DeepSpeed actor's model states come from DeepSpeed's own estimators
 functions behind `*_all_cold`, which return the numbers instead of printing them), never a
 copy of their formulas. Everything they do not cover is computed here: activations, the
 Megatron actor (18 B per parameter over tp x pp, as its optimizer holds them), the vLLM
-engines' weights and KV cache. Activations and runtime overheads are estimates, not yet
-measured on a GPU: the plan says so and gives ESTIMATE_MARGIN.
+engines' weights and KV cache. The activation figures were held to measured peaks on an H200
+(tests/backends/test_memory_plan_gpu.py, docs/gpu.md#the-memory-plan-against-a-gpu): within
+15% for DeepSpeed ZeRO-3 with and without Adam offload and the Megatron actor at 0.5B-7B.
+They stay marked as estimates (other attention kernels, flash-attn's fused cross entropy,
+other allocators) with ESTIMATE_MARGIN.
 Byte counts assume the GPU dtypes (bf16 weights, activations and KV cache) unless told.
 """
 
@@ -19,7 +22,24 @@ import math
 import os
 
 GiB = 2**30
-ESTIMATE_MARGIN = 0.3  # activations and overheads: +-30% until a GPU measures them
+ESTIMATE_MARGIN = 0.3  # activations and overheads beyond what the GPU check covered
+# The logits dominate the activations of the recipes' models (vocab 152k, 4096-token rows), so
+# they are priced per logit (one token x one vocabulary entry) as each path holds them at its
+# peak; read off peaks measured on an H200 at 0.5B-7B (torch.cuda.max_memory_allocated).
+# OpenRLHF's Actor, training: the fp32 copy of the bf16 logits kept for the backward, and in
+# the backward the fp32 gradient of each of its two uses (the label gather, the log-sum-exp).
+HF_TRAIN_LOGIT_BYTES = 12
+# Its no-grad log-prob forward: the bf16 logits and their fp32 copy, both live during the cast.
+HF_FORWARD_LOGIT_BYTES = 6
+# Megatron's output layer: its bf16 logits and the cross entropy's fp32 copy, which becomes the
+# softmax it keeps and, in place, its gradient.
+MEGATRON_LOGIT_BYTES = 6
+# The local layer spec (no Transformer Engine) materializes the attention scores: per score, in
+# one layer's backward, the bf16 scores and probabilities, the softmax's fp32 input and output,
+# and their gradients; kept for the backward by every layer without recompute, the fp32 and
+# bf16 probabilities.
+ATTENTION_SCORE_BYTES = 24
+ATTENTION_SCORE_SAVED_BYTES = 6
 # Per GPU, outside the tensors counted: CUDA context, NCCL buffers, the caching allocator's
 # fragmentation (training); CUDA graphs, the profiling run's activations and the sampler
 # (vLLM, which subtracts them from its budget before sizing the KV cache).
@@ -228,30 +248,33 @@ def hf_layer_bytes(d: ModelDims) -> int:
 def deepspeed_activations(d: ModelDims, micro_batch: int, max_len: int, checkpointing: bool) -> Figure:
     """One training micro-batch of `micro_batch` x `max_len` tokens through the HF model
     (packed or padded, the same bound). With gradient checkpointing each layer keeps its bf16
-    input and one layer is recomputed at a time (its activations and their gradients);
-    without it every layer keeps all. Logits: bf16 logits and OpenRLHF's per-row log-softmax
-    output, and both gradients in the backward: 8 B x vocab per token."""
+    input, and the backward first goes through the logits (HF_TRAIN_LOGIT_BYTES each) and only
+    then recomputes one layer at a time (its activations and their gradients), so the peak is
+    the inputs + the larger of the two; without it every layer keeps all while the logits'
+    backward runs."""
     t = micro_batch * max_len
-    logits = t * d.vocab * 8
+    logits = t * d.vocab * HF_TRAIN_LOGIT_BYTES
     if checkpointing:
-        body = d.layers * t * 2 * d.hidden + 2 * t * hf_layer_bytes(d)
-        how = (f"{micro_batch} x {max_len} tokens, gradient checkpointing: {d.layers} layer inputs x 2h B + one layer "
-               f"recomputed with its gradients 2 x {hf_layer_bytes(d) / 1024:.0f} KiB + logits 8 B x {d.vocab} per token")
-    else:
-        body = d.layers * t * hf_layer_bytes(d)
-        how = (f"{micro_batch} x {max_len} tokens, no checkpointing: {d.layers} layers x "
-               f"{hf_layer_bytes(d) / 1024:.0f} KiB + logits 8 B x {d.vocab} per token")
+        layer = 2 * t * hf_layer_bytes(d)
+        body = d.layers * t * 2 * d.hidden + max(layer, logits)
+        how = (f"{micro_batch} x {max_len} tokens, gradient checkpointing: {d.layers} layer inputs x 2h B + the "
+               f"larger of the logits' backward ({HF_TRAIN_LOGIT_BYTES} B x {d.vocab} per token) and one layer "
+               f"recomputed with its gradients (2 x {hf_layer_bytes(d) / 1024:.0f} KiB per token)")
+        return Figure("activations (training)", body, how, estimate=True)
+    body = d.layers * t * hf_layer_bytes(d)
+    how = (f"{micro_batch} x {max_len} tokens, no checkpointing: {d.layers} layers x "
+           f"{hf_layer_bytes(d) / 1024:.0f} KiB + logits {HF_TRAIN_LOGIT_BYTES} B x {d.vocab} per token")
     return Figure("activations (training)", body + logits, how, estimate=True)
 
 
 def forward_activations(d: ModelDims, micro_batch: int, max_len: int, tp: int = 1) -> Figure:
     """A no-grad log-prob forward (experience making: actor and reference model): one layer
-    live, the bf16 logits of the micro-batch, one row's log-softmax."""
+    live and the micro-batch's logits in bf16 and fp32 (HF_FORWARD_LOGIT_BYTES each)."""
     t = micro_batch * max_len
-    nbytes = t * hf_layer_bytes(d) // tp + t * 2 * d.vocab // tp + max_len * 2 * d.vocab // tp
+    nbytes = t * hf_layer_bytes(d) // tp + t * HF_FORWARD_LOGIT_BYTES * d.vocab // tp
     return Figure("activations (log-prob forward)", nbytes,
-                  f"{micro_batch} x {max_len} tokens (--rollout.micro_batch_size): one layer + bf16 logits + one "
-                  "row's log-softmax", estimate=True)
+                  f"{micro_batch} x {max_len} tokens (--rollout.micro_batch_size): one layer + logits "
+                  f"{HF_FORWARD_LOGIT_BYTES} B x {d.vocab}{f' / tp {tp}' if tp > 1 else ''} per token", estimate=True)
 
 
 # -- the Megatron actor --------------------------------------------------------------------
@@ -262,17 +285,26 @@ def megatron_stage_params(d: ModelDims, pp: int) -> int:
     return math.ceil(d.layers / pp) * d.layer_params + extra
 
 
-def megatron_states(d: ModelDims, tp: int, pp: int, bf16: bool) -> tuple:
-    """(states Figure, optimizer-step temporary Figure) per GPU. bf16: weights 2 + fp32 main
-    gradients 4 + fp32 master weights 4 + Adam m, v 8 = 18 B per parameter; fp32: 4 + 4 + 8.
-    No distributed optimizer: split over tp x pp only, every data-parallel replica holds all."""
+def megatron_states(d: ModelDims, tp: int, pp: int, bf16: bool, fused_wgrad: bool = False) -> tuple:
+    """(resident Figure, optimizer-step Figure) per GPU. bf16 (MasterWeightsAdamW): weights 2
+    + fp32 master weights 4 + Adam m, v 8 stay; the fp32 main gradients (4) are freed after
+    each step and filled during the backward, mostly after the logits' backward (the peak of
+    the activations), so they count in the step: with AdamW's foreach update's fp32 temporary,
+    8 B per parameter. With fused weight-gradient GEMMs (Transformer Engine) the main
+    gradients are zeroed before the backward, so they stay. fp32: weights 4 + Adam 8, then
+    gradients 4 + the temporary 4. No distributed optimizer: split over tp x pp only."""
     per_rank = megatron_stage_params(d, pp) / tp
-    b = 18 if bf16 else 16
+    grads_stay = bf16 and fused_wgrad
+    b = (14 if bf16 else 12) + (4 if grads_stay else 0)
+    parts = "bf16 2 + fp32 master 4 + Adam 8" if bf16 else "fp32 4 + Adam 8"
     states = Figure("model states", b * per_rank,
-                    f"{b} B x {per_rank / 1e9:.2f}e9 params (largest stage / tp {tp}, pp {pp}; "
-                    f"{'bf16 2 + fp32 main grad 4 + master 4 + Adam 8' if bf16 else 'fp32 4 + grad 4 + Adam 8'}; "
+                    f"{b} B x {per_rank / 1e9:.2f}e9 params (largest stage / tp {tp}, pp {pp}; {parts}"
+                    f"{' + fp32 main grad 4, zeroed before the backward (fused wgrad)' if grads_stay else ''}; "
                     "no distributed optimizer, so nothing is split over dp)")
-    step = Figure("optimizer step temporary", 4 * per_rank, "AdamW's foreach update: one fp32 copy, 4 B x params")
+    s_b = 4 if grads_stay else 8
+    step = Figure("optimizer step", s_b * per_rank,
+                  ("AdamW's foreach update: one fp32 temporary, 4 B x params" if grads_stay else
+                   "fp32 gradients 4 B + AdamW's foreach update's fp32 temporary 4 B x params"))
     return states, step
 
 
@@ -286,25 +318,29 @@ def megatron_layer_bytes(d: ModelDims, tp: int, sequence_parallel: bool) -> floa
 def megatron_activations(d: ModelDims, micro_batch: int, max_len: int, tp: int, pp: int, recompute: str,
                          sequence_parallel: bool, te: bool) -> Figure:
     """One micro-batch on the largest stage (one micro-batch per schedule call: stages never
-    hold several). full: each layer's input + one layer recomputed; none / selective: every
+    hold several). full: each layer's input + one layer recomputed or the logits; none / selective: every
     layer's activations (+ the local spec's attention scores without Transformer Engine and
-    selective recompute). Logits on the last stage: vocab / tp columns, fp32 logits, bf16
-    output, the cross entropy's softmax and gradient: 14 B each."""
+    selective recompute). Logits on the last stage: vocab / tp columns, MEGATRON_LOGIT_BYTES
+    each."""
     t, stage_layers = micro_batch * max_len, math.ceil(d.layers / pp)
     layer = megatron_layer_bytes(d, tp, sequence_parallel)
-    logits = t * d.vocab / tp * 14
-    if recompute == "full":
-        body = stage_layers * t * 2 * d.hidden / (tp if sequence_parallel else 1) + t * layer
-        how = f"{stage_layers} layer inputs x 2h B + one layer recomputed {layer / 1024:.0f} KiB per token"
-    else:
-        body = stage_layers * t * layer
-        how = f"{stage_layers} layers x {layer / 1024:.0f} KiB per token"
-        if not te and recompute == "none":
-            body += stage_layers * micro_batch * (d.heads // tp) * max_len ** 2 * 2
-            how += " + attention scores (local layer spec, no Transformer Engine)"
+    logits = t * d.vocab / tp * MEGATRON_LOGIT_BYTES
+    if recompute == "full":  # the logits' backward runs before any layer is recomputed
+        inputs = stage_layers * t * 2 * d.hidden / (tp if sequence_parallel else 1)
+        scores = 0 if te else micro_batch * (d.heads // tp) * max_len ** 2 * ATTENTION_SCORE_BYTES
+        how = (f"{stage_layers} layer inputs x 2h B + the larger of the logits ({MEGATRON_LOGIT_BYTES} B x {d.vocab} "
+               f"/ tp per token) and one layer recomputed ({layer / 1024:.0f} KiB per token"
+               f"{'' if te else f' + attention scores {ATTENTION_SCORE_BYTES} B x heads x tokens^2, local spec'})")
+        return Figure("activations (training)", inputs + max(t * layer + scores, logits),
+                      f"{micro_batch} x {max_len} tokens, --megatron.recompute full: {how}", estimate=True)
+    body = stage_layers * t * layer
+    how = f"{stage_layers} layers x {layer / 1024:.0f} KiB per token"
+    if not te and recompute == "none":
+        body += stage_layers * micro_batch * (d.heads // tp) * max_len ** 2 * ATTENTION_SCORE_SAVED_BYTES
+        how += " + attention scores (local layer spec, no Transformer Engine)"
     return Figure("activations (training)", body + logits,
-                  f"{micro_batch} x {max_len} tokens, --megatron.recompute {recompute}: {how} + logits 14 B x "
-                  f"{d.vocab} / tp per token", estimate=True)
+                  f"{micro_batch} x {max_len} tokens, --megatron.recompute {recompute}: {how} + logits "
+                  f"{MEGATRON_LOGIT_BYTES} B x {d.vocab} / tp per token", estimate=True)
 
 
 # -- vLLM engines ------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ class Part:
 # -- the parts -------------------------------------------------------------------------------
 def actor_part(d: ModelDims, lay: Layout, hw: Hardware) -> Part:
     if lay.backend == "megatron":
-        states, step = mm.megatron_states(d, lay.tp, lay.pp, lay.megatron_bf16)
+        states, step = mm.megatron_states(d, lay.tp, lay.pp, lay.megatron_bf16, fused_wgrad=lay.te)
         act = mm.megatron_activations(d, lay.train_micro, lay.max_len, lay.tp, lay.pp, lay.recompute,
                                       lay.sequence_parallel, lay.te)
         fwd = mm.forward_activations(d, lay.rollout_micro, lay.max_len, tp=lay.tp)

@@ -107,12 +107,29 @@ def test_deepspeed_states_are_deepspeeds_own_estimate(offload, options):
 
 
 def test_megatron_32b_states_are_the_recipe_headers_figure():
-    # the 32B recipe's header: 18 B x 32.8e9 / (8 x 2) = 36.9 GB; a stage is 32 layers + one embedding
+    # the 32B recipe's header: 18 B x 32.8e9 / (8 x 2) = 36.9 GB at the optimizer step; a stage is
+    # 32 layers + one embedding. Between steps the fp32 main gradients (4 B) are freed, so 14 B
+    # stay and the step adds them back with AdamW's fp32 temporary.
     states, step = mm.megatron_states(D32, tp=8, pp=2, bf16=True)
     stage = 32 * D32.layer_params + 152064 * 5120 + 5120
-    assert states.nbytes == pytest.approx(18 * stage / 8)
-    assert round(states.nbytes / 1e9, 1) == 36.9
-    assert step.nbytes == pytest.approx(4 * stage / 8)
+    assert states.nbytes == pytest.approx(14 * stage / 8)
+    assert step.nbytes == pytest.approx(8 * stage / 8)
+    assert round((states.nbytes + step.nbytes - 4 * stage / 8) / 1e9, 1) == 36.9
+    # fused weight-gradient GEMMs (Transformer Engine) zero the main gradients before the backward
+    fused, fused_step = mm.megatron_states(D32, tp=8, pp=2, bf16=True, fused_wgrad=True)
+    assert fused.nbytes == pytest.approx(18 * stage / 8) and fused_step.nbytes == pytest.approx(4 * stage / 8)
+
+
+def test_megatron_activations_are_the_logits_or_one_recomputed_layer_with_its_scores():
+    t, L = 4096, 4096
+    full = mm.megatron_activations(D7, 1, L, 1, 1, "full", False, te=True)
+    inputs = 28 * t * 2 * 3584
+    assert full.nbytes == pytest.approx(inputs + max(t * mm.megatron_layer_bytes(D7, 1, False), t * 152064 * 6))
+    local = mm.megatron_activations(D7, 1, L, 1, 1, "full", False, te=False)  # 28 heads x 4096^2 scores
+    scores = 28 * L * L * 24
+    assert local.nbytes == pytest.approx(inputs + max(t * mm.megatron_layer_bytes(D7, 1, False) + scores,
+                                                      t * 152064 * 6))
+    assert local.nbytes > full.nbytes
 
 
 def test_activations_with_and_without_checkpointing():
@@ -120,8 +137,9 @@ def test_activations_with_and_without_checkpointing():
     without = mm.deepspeed_activations(D7, 2, 4096, checkpointing=False)
     t, layer = 2 * 4096, 16 * 3584 + 2 * (3584 + 2 * 512) + 4 * 3584 + 8 * 18944  # 232,448 B per token
     assert mm.hf_layer_bytes(D7) == layer
-    assert with_ckpt.nbytes == 28 * t * 2 * 3584 + 2 * t * layer + t * 152064 * 8
-    assert without.nbytes == 28 * t * layer + t * 152064 * 8
+    # the logits' backward (12 B each) comes before any layer is recomputed: the larger of the two
+    assert with_ckpt.nbytes == 28 * t * 2 * 3584 + max(2 * t * layer, t * 152064 * 12)
+    assert without.nbytes == 28 * t * layer + t * 152064 * 12
     assert with_ckpt.estimate and without.nbytes > 3 * with_ckpt.nbytes
 
 
@@ -233,9 +251,10 @@ def test_when_no_single_flag_fixes_it_a_pair_is_named():
 
 
 def test_a_reference_model_on_its_own_gpus_is_planned_and_fixed():
-    # 7B reference on 1 GPU of 16 GiB of its own: 14.2 GiB of bf16 weights + a forward at 4 x 4096
+    # 7B reference on 1 GPU of 24 GiB of its own: 14.2 GiB of bf16 weights + a forward at 4 x 4096
+    # (17.4 GiB: its logits in bf16 and fp32, 13.9, and one layer)
     lay = dataclasses.replace(RECIPE_7B, has_ref=True, ref_gpus=1, ref_colocated=False)
-    small = dataclasses.replace(H100, gpu_bytes=16 * GiB)
+    small = dataclasses.replace(H100, gpu_bytes=24 * GiB)
     p = plan.make_plan(D7, lay, small)
     assert [part["key"] for part in p["parts"]][:2] == ["actor", "reference"]
     ref = next(part for part in p["parts"] if part["key"] == "reference")
