@@ -4,6 +4,7 @@
     openrlhf-speed proving-ground build                 # rebuild into the cache, compare with the shipped one
     openrlhf-speed proving-ground build --variant ci    # CI's smaller one (about a minute on 2 cores)
     openrlhf-speed proving-ground difficulty --samples 50 --prompts 400
+    openrlhf-speed proving-ground calibrate --runs runs/bench_proving_v5 --frontier 0=shipped 50=A/difficulty.json
 
 The package ships one build of each variant, pinned by sha256 (proving/shipped/MANIFEST.sha256);
 the model names `proving` and `proving-ci` resolve to it wherever a model is taken (train,
@@ -45,6 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "checkpoint: how the frontier moved during training (the variant still gives the prompts)")
     d.add_argument("--ship", action="store_true",
                    help="store the result beside the shipped model and re-pin the manifest (maintainers)")
+    c = sub.add_parser("calibrate", help="whether `off` runs put a horizon in the paper's regime (still learning at "
+                       "its end, a frontier that moves), before any curriculum is compared on it")
+    c.add_argument("--runs", required=True, help="a bench folder of `--curricula off` runs (off-r*/metrics.jsonl)")
+    c.add_argument("--frontier", nargs="*", default=[], metavar="STEP=FILE",
+                   help="a checkpoint's difficulty.json (from `difficulty --model`) at STEP; `0=shipped` takes the "
+                   "start model's shipped table")
+    c.add_argument("--variant", choices=sorted(VARIANTS), default="full", help="whose shipped table `shipped` means")
+    c.add_argument("--out", default=None, help="folder for calibration.json and calibration.md")
     sh = sub.add_parser("ship", help="copy a build folder into the package as the shipped variant (maintainers)")
     sh.add_argument("--variant", choices=sorted(VARIANTS), default="full")
     sh.add_argument("--source", required=True, help="a folder written by `proving-ground build`")
@@ -58,7 +67,8 @@ def main(argv=None) -> int:
     from openrlhf_speed.proving.shipped import ShippedModelError
 
     try:
-        return {"build": _build, "show": _show, "difficulty": _difficulty, "ship": _ship}[args.action](args)
+        return {"build": _build, "show": _show, "difficulty": _difficulty, "calibrate": _calibrate,
+                "ship": _ship}[args.action](args)
     except ShippedModelError as e:
         print(f"openrlhf-speed proving-ground: error: {e}", file=sys.stderr)
         return 2
@@ -121,6 +131,36 @@ def _difficulty(args) -> int:
 
         write_manifest()
         print(f"re-pinned {shipped.MANIFEST}")
+    return 0
+
+
+def _calibrate(args) -> int:
+    from openrlhf_speed.proving import shipped
+    from openrlhf_speed.proving.calibrate import calibrate, format_calibration
+
+    err = "openrlhf-speed proving-ground calibrate: error:"
+    tables = []
+    for item in args.frontier:
+        step, sep, file = item.partition("=")
+        if not sep or not step.isdigit():
+            raise SystemExit(f"{err} --frontier {item!r}: give STEP=FILE, e.g. 50=runs/frontier/50/difficulty.json")
+        path = shipped.path(args.variant) / shipped.DIFFICULTY if file == "shipped" else Path(file)
+        if not path.is_file():
+            raise SystemExit(f"{err} --frontier {item!r}: {path} does not exist (make it with `proving-ground "
+                             "difficulty --model <checkpoint> --out <folder>`)")
+        tables.append((int(step), json.loads(path.read_text())))
+    try:
+        result = calibrate(Path(args.runs), tables)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{err} {e}") from None
+    text = format_calibration(result)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "calibration.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out / "calibration.md").write_text(text + "\n")
+        print(f"stored in {out / 'calibration.json'} and {out / 'calibration.md'}")
     return 0
 
 
