@@ -24,31 +24,20 @@ import math
 import statistics
 from pathlib import Path
 
+from openrlhf_speed.bench.levels import final_of
+from openrlhf_speed.bench.report import load_run
+
 MIN_HORIZON = 100
 CLOCK_BUDGET_S = 25 * 60
 
 
-def _evals(metrics: Path) -> list[tuple[float, float, float]]:
-    """(step, accuracy, train_wall_s) of a run's evaluations, in step order, one per step."""
-    seen = {}
-    for line in metrics.read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("event") == "eval":
-            seen[rec["step"]] = (rec["step"], rec["eval_accuracy"], rec["train_wall_s"])
-    return [seen[k] for k in sorted(seen)]
-
-
-def _train_wall(metrics: Path) -> float:
-    walls = [json.loads(line).get("train_wall_s", 0.0) for line in metrics.read_text().splitlines()]
-    return max(walls, default=0.0)
-
-
 def _mean_at(evals: list, end_step: float) -> float:
-    """Mean accuracy of the two evaluations ending at `end_step` (the nearest at or before it)."""
-    upto = [e for e in evals if e[0] <= end_step + 1e-9]
+    """Mean accuracy of the two evaluations after step 0 ending at `end_step` (the nearest at or
+    before it): the bench's `off_final` rule (levels.final_of) cut at that step."""
+    upto = [e for e in evals if 0 < e["step"] <= end_step + 1e-9]
     if len(upto) < 2:
         raise ValueError(f"fewer than two evaluations up to step {end_step:g}")
-    return (upto[-1][1] + upto[-2][1]) / 2
+    return final_of(upto)
 
 
 def read_runs(runs_dir: Path) -> list[dict]:
@@ -61,11 +50,12 @@ def read_runs(runs_dir: Path) -> list[dict]:
         if folder.name.rsplit("-r", 1)[0] != "off":
             skipped.append(folder.name)
             continue
-        evals = _evals(folder / "metrics.jsonl")
+        run = load_run(str(folder / "metrics.jsonl"))
+        evals = sorted({e["step"]: e for e in run["evals"]}.values(), key=lambda e: e["step"])  # one per step
         if not evals:
             raise ValueError(f"{folder / 'metrics.jsonl'} has no evaluation: is the run finished?")
-        out.append({"key": folder.name, "seed": seeds.get(folder.name), "evals": evals,
-                    "train_wall_s": _train_wall(folder / "metrics.jsonl")})
+        wall = max((r.get("train_wall_s", 0.0) for r in run["steps"] + run["evals"]), default=0.0)
+        out.append({"key": folder.name, "seed": seeds.get(folder.name), "evals": evals, "train_wall_s": wall})
     if not out:
         raise ValueError(f"{runs_dir} holds no `off` run folder with a metrics.jsonl"
                          + (f" (skipped, not `off`: {', '.join(skipped)})" if skipped else ""))
@@ -105,7 +95,7 @@ def frontier(tables: list[tuple[int, dict]]) -> dict:
 
 def calibrate(runs_dir: Path, tables: list[tuple[int, dict]] | None = None) -> dict:
     runs, skipped = read_runs(runs_dir)
-    horizon = min(r["evals"][-1][0] for r in runs)
+    horizon = min(r["evals"][-1]["step"] for r in runs)
     quarter = horizon * 3 / 4
     for r in runs:
         r["final"] = _mean_at(r["evals"], horizon)
@@ -123,7 +113,7 @@ def calibrate(runs_dir: Path, tables: list[tuple[int, dict]] | None = None) -> d
                   "rule": f"every run's training clock < {CLOCK_BUDGET_S / 60:.0f} min (evaluations excluded)"},
     }
     out = {"runs": [{k: r[k] for k in ("key", "seed", "final", "at_three_quarters", "rise", "train_wall_s")}
-                    | {"curve": [[s, a] for s, a, _ in r["evals"]]} for r in runs],
+                    | {"curve": [[e["step"], e["eval_accuracy"]] for e in r["evals"]]} for r in runs],
            "horizon": horizon, "off_final": statistics.mean(finals), "checks": checks, "skipped_unread": skipped}
     if tables:
         f = frontier(tables)
