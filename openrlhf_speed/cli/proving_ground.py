@@ -136,7 +136,7 @@ def _difficulty(args) -> int:
 
 def _calibrate(args) -> int:
     from openrlhf_speed.proving import shipped
-    from openrlhf_speed.proving.calibrate import calibrate, format_calibration
+    from openrlhf_speed.bench.calibrate import calibrate, format_calibration
 
     err = "openrlhf-speed proving-ground calibrate: error:"
     tables = []

@@ -6,7 +6,7 @@ import pytest
 
 from openrlhf_speed.cli import proving_ground
 from openrlhf_speed.proving import shipped
-from openrlhf_speed.proving.calibrate import calibrate, format_calibration, frontier
+from openrlhf_speed.bench.calibrate import calibrate, format_calibration, frontier
 
 
 def _write_runs(root, curves, curriculum="off", wall_per_step=10.0):
