@@ -40,8 +40,9 @@ def _mean_at(evals: list, end_step: float) -> float:
     return final_of(upto)
 
 
-def read_runs(runs_dir: Path) -> list[dict]:
-    """The `off` runs of a bench folder: per run its seed, evaluations and training clock."""
+def read_runs(runs_dir: Path) -> tuple[list[dict], list[str]]:
+    """The `off` runs of a bench folder (per run its seed, evaluations and training clock), and
+    the names of the other run folders, skipped unread."""
     runs_dir = Path(runs_dir)
     bench = json.loads((runs_dir / "bench.json").read_text()) if (runs_dir / "bench.json").is_file() else {}
     seeds = {p["key"]: p["seed"] for p in bench.get("plan", [])}
