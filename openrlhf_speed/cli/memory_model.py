@@ -315,6 +315,11 @@ def megatron_layer_bytes(d: ModelDims, tp: int, sequence_parallel: bool) -> floa
     return whole + (2 * (d.q_dim + 2 * d.kv_dim) + 2 * d.q_dim + 6 * d.intermediate) / tp
 
 
+def _attention_scores(d: ModelDims, micro_batch: int, max_len: int, tp: int) -> int:
+    """Attention scores of one layer on one tp rank (the local spec materializes them)."""
+    return micro_batch * (d.heads // tp) * max_len ** 2
+
+
 def megatron_activations(d: ModelDims, micro_batch: int, max_len: int, tp: int, pp: int, recompute: str,
                          sequence_parallel: bool, te: bool) -> Figure:
     """One micro-batch on the largest stage (one micro-batch per schedule call: stages never
@@ -327,7 +332,7 @@ def megatron_activations(d: ModelDims, micro_batch: int, max_len: int, tp: int, 
     logits = t * d.vocab / tp * MEGATRON_LOGIT_BYTES
     if recompute == "full":  # the logits' backward runs before any layer is recomputed
         inputs = stage_layers * t * 2 * d.hidden / (tp if sequence_parallel else 1)
-        scores = 0 if te else micro_batch * (d.heads // tp) * max_len ** 2 * ATTENTION_SCORE_BYTES
+        scores = 0 if te else _attention_scores(d, micro_batch, max_len, tp) * ATTENTION_SCORE_BYTES
         how = (f"{stage_layers} layer inputs x 2h B + the larger of the logits ({MEGATRON_LOGIT_BYTES} B x {d.vocab} "
                f"/ tp per token) and one layer recomputed ({layer / 1024:.0f} KiB per token"
                f"{'' if te else f' + attention scores {ATTENTION_SCORE_BYTES} B x heads x tokens^2, local spec'})")
@@ -336,7 +341,7 @@ def megatron_activations(d: ModelDims, micro_batch: int, max_len: int, tp: int, 
     body = stage_layers * t * layer
     how = f"{stage_layers} layers x {layer / 1024:.0f} KiB per token"
     if not te and recompute == "none":
-        body += stage_layers * micro_batch * (d.heads // tp) * max_len ** 2 * ATTENTION_SCORE_SAVED_BYTES
+        body += stage_layers * _attention_scores(d, micro_batch, max_len, tp) * ATTENTION_SCORE_SAVED_BYTES
         how += " + attention scores (local layer spec, no Transformer Engine)"
     return Figure("activations (training)", body + logits,
                   f"{micro_batch} x {max_len} tokens, --megatron.recompute {recompute}: {how} + logits "
