@@ -20,9 +20,9 @@ actor and vLLM engine classes for our subclasses (module attributes that `train_
 
 A vLLM engine that dies mid-run ends the command with exit status 1 and, last, one line
 `[openrlhf-speed] ERROR vLLM engine I (Ray actor ID) failed ...` naming the checkpoint a rerun
-resumes from (rollout/speed_generator.py's EngineDiedError). A full disk while a checkpoint
-is written ends it the same way with one line and no traceback, since the cause is known
-(rollout/ckpt_manifest.py's CheckpointDiskFullError).
+resumes from (rollout/speed_generator.py's EngineDiedError). A full disk while a checkpoint,
+the trace or the run log is written ends it the same way with one line and no traceback,
+since the cause is known (rollout/ckpt_manifest.py's DiskFullError).
 """
 
 import argparse
@@ -104,10 +104,10 @@ def main(argv=None) -> int:
         except ray.exceptions.RayTaskError as e:
             # A dead engine surfaces here as the trainer actor's failure, its message buried in
             # a remote traceback: keep the traceback, end with the one line that says what to do.
-            from openrlhf_speed.rollout.ckpt_manifest import CheckpointDiskFullError
+            from openrlhf_speed.rollout.ckpt_manifest import DiskFullError
             from openrlhf_speed.rollout.speed_generator import EngineDiedError
 
-            if not isinstance(e.cause, (EngineDiedError, CheckpointDiskFullError)):
+            if not isinstance(e.cause, (EngineDiedError, DiskFullError)):
                 raise
             if isinstance(e.cause, EngineDiedError):
                 traceback.print_exc()

@@ -40,8 +40,13 @@ BYTES_PER_PARAM = 16
 _CHUNK = 1 << 22
 
 
-class CheckpointDiskFullError(RuntimeError):
-    """A checkpoint could not be written for lack of space (cli/train.py prints it as one line)."""
+class DiskFullError(RuntimeError):
+    """A file of the run (a checkpoint, the trace, the run log) could not be written for lack
+    of space; cli/train.py prints it as one line and exits 1."""
+
+
+class CheckpointDiskFullError(DiskFullError):
+    """A checkpoint could not be written for lack of space."""
 
 
 class Verdict(NamedTuple):

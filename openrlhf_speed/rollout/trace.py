@@ -6,11 +6,42 @@ PATH starts: at most twice the cap is kept. The rule not to break: every file st
 for its readers. A replay (bench/driver.py, cli/replay.py) needs the engine settings and the
 text of each prompt it sends, so the header records ("config") open every new file again and
 `seen` (the prompts whose text this file holds) starts empty.
+
+A full disk under a write (the trace here, the run log in rollout/trainer.py) cuts the file
+back to its last whole line and stops the run with DiskFullError, one line naming the file:
+a torn last line would break every reader, and a resumed run appends after it.
 """
 
+import errno
 import json
 import os
 from typing import Optional
+
+from openrlhf_speed.rollout.ckpt_manifest import DiskFullError, free_bytes
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def append_whole(f, data: bytes, what: str) -> None:
+    """Append `data` to `f` (a binary file opened unbuffered in append mode): all of it, or on a
+    full disk none of it and DiskFullError; `what` names the file for the message."""
+    start = os.fstat(f.fileno()).st_size
+    view = memoryview(data)
+    try:
+        while view:  # an unbuffered write may take part of the data
+            view = view[f.write(view):]
+    except OSError as e:
+        if e.errno not in _FULL:
+            raise
+        try:
+            os.ftruncate(f.fileno(), start)
+        except OSError:  # a device file (/dev/full) has no length to cut back to
+            pass
+        folder = os.path.dirname(os.path.abspath(f.name))
+        raise DiskFullError(
+            f"disk full while writing {what} {f.name}: {free_bytes(folder) / 1e6:.1f} MB is free in {folder} "
+            f"({len(data)} bytes were needed; the file keeps its last whole line). Free space there and rerun; "
+            "a run that saves checkpoints resumes from its last complete one with --ckpt.load_enable") from e
 
 
 class TraceFile:
@@ -20,7 +51,7 @@ class TraceFile:
         self.header: list = []  # lines written again at the top of every new file
         self.seen: set = set()  # keys whose record this file holds already (prompt texts)
         self.rotations = 0
-        self._f = open(path, "a")
+        self._f = open(path, "ab", buffering=0)
 
     def write(self, *records: dict, header: bool = False, once=None) -> None:
         """Append `records`; `header`: also open every later file with them. `once`: (key,
@@ -33,14 +64,13 @@ class TraceFile:
         if once is not None and once[0] not in self.seen:
             self.seen.add(once[0])
             records = (once[1], *records)
-        self._f.write("".join(json.dumps(r) + "\n" for r in records))
-        self._f.flush()
+        append_whole(self._f, "".join(json.dumps(r) + "\n" for r in records).encode(), "the trace")
 
     def _rotate(self) -> None:
         self._f.close()
         os.replace(self.path, self.path + ".1")
-        self._f = open(self.path, "a")
-        self._f.writelines(self.header)
+        self._f = open(self.path, "ab", buffering=0)
+        append_whole(self._f, "".join(self.header).encode(), "the trace")
         self.seen = set()
         self.rotations += 1
 

@@ -56,6 +56,7 @@ from openrlhf_speed.rollout import ckpt_manifest
 from openrlhf_speed.rollout.checkpoint import (ACTOR_DIR, ResumeError, adopt_folder, atomic_save,
                                                curriculum_state_path, resume_hint, resume_point, saved_steps)
 from openrlhf_speed.rollout.speed_config import speed_config
+from openrlhf_speed.rollout.trace import append_whole
 
 
 def _reward_seconds(rollout_samples) -> float:
@@ -212,8 +213,8 @@ def make_trainer_class(upstream_actor_class):
                 return
             plain = {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in record.items()
                      if isinstance(v, (int, float, str))}
-            with open(self.args.log.jsonl, "a") as f:
-                f.write(json.dumps(plain) + "\n")
+            with open(self.args.log.jsonl, "ab", buffering=0) as f:
+                append_whole(f, (json.dumps(plain) + "\n").encode(), "the run log (--log.jsonl)")
 
         def evaluate(self, global_step, **generate_kwargs):
             t0 = time.time()
