@@ -45,18 +45,22 @@ def read_runs(runs_dir: Path) -> tuple[list[dict], list[str]]:
     the names of the other run folders, skipped unread."""
     runs_dir = Path(runs_dir)
     bench = json.loads((runs_dir / "bench.json").read_text()) if (runs_dir / "bench.json").is_file() else {}
-    seeds = {p["key"]: p["seed"] for p in bench.get("plan", [])}
+    plan = {p["key"]: p for p in bench.get("plan", [])}
     out, skipped = [], []
     for folder in sorted(p for p in runs_dir.iterdir() if (p / "metrics.jsonl").is_file()):
-        if folder.name.rsplit("-r", 1)[0] != "off":
+        # The plan names each run's curriculum; the folder name is the fallback for a hand-made folder.
+        curriculum = plan.get(folder.name, {}).get("curriculum") or folder.name.rsplit("-r", 1)[0]
+        if curriculum != "off":
             skipped.append(folder.name)
             continue
         run = load_run(str(folder / "metrics.jsonl"))
         evals = sorted({e["step"]: e for e in run["evals"]}.values(), key=lambda e: e["step"])  # one per step
         if not evals:
             raise ValueError(f"{folder / 'metrics.jsonl'} has no evaluation: is the run finished?")
-        wall = max((r.get("train_wall_s", 0.0) for r in run["steps"] + run["evals"]), default=0.0)
-        out.append({"key": folder.name, "seed": seeds.get(folder.name), "evals": evals, "train_wall_s": wall})
+        # The last step's clock, as the bench report reads it, so both documents print one figure.
+        wall = run["steps"][-1].get("train_wall_s", 0.0) if run["steps"] else 0.0
+        out.append({"key": folder.name, "seed": plan.get(folder.name, {}).get("seed"), "evals": evals,
+                    "train_wall_s": wall})
     if not out:
         raise ValueError(f"{runs_dir} holds no `off` run folder with a metrics.jsonl"
                          + (f" (skipped, not `off`: {', '.join(skipped)})" if skipped else ""))

@@ -61,6 +61,17 @@ def test_the_calibration_reads_off_alone(tmp_path):
         calibrate(runs)
 
 
+def test_the_plan_names_the_curriculum_before_the_folder_does(tmp_path):
+    runs = _write_runs(tmp_path / "b", [_climb(0.0), _climb(0.002)])
+    bench = json.loads((runs / "bench.json").read_text())
+    bench["plan"][1]["curriculum"] = "speed"  # off-r2 by name, a SPEED run by its plan
+    (runs / "bench.json").write_text(json.dumps(bench))
+    c = calibrate(runs)
+    assert [r["key"] for r in c["runs"]] == ["off-r1"] and c["skipped_unread"] == ["off-r2"]
+    # the clock is the last step's, as the bench report reads it: 100 steps x 10 s
+    assert c["runs"][0]["train_wall_s"] == 1000
+
+
 def _table(ids, solved, samples=10):
     return {"ids": ids, "solved_per_prompt": solved, "samples": samples}
 
