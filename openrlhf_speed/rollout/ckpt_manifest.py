@@ -38,6 +38,7 @@ TORN_DIR = "_torn"
 NO_MANIFEST = "it has no readable manifest: its save did not finish"
 BYTES_PER_PARAM = 16
 _CHUNK = 1 << 22
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)  # a full disk, or a full quota
 
 
 class DiskFullError(RuntimeError):
@@ -237,7 +238,7 @@ def is_disk_full(error: BaseException, folder: str, needed: Optional[int]) -> bo
     """ENOSPC or a quota anywhere in the chain, or less free space in `folder` now than a
     checkpoint needs (`needed` bytes): torch's zip writer reports a full disk without errno."""
     for e in _chain(error):
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(e, OSError) and e.errno in FULL_ERRNOS:
             return True
         if isinstance(e, BaseException) and ("No space left on device" in str(e) or "Disk quota exceeded" in str(e)):
             return True

@@ -12,14 +12,11 @@ back to its last whole line and stops the run with DiskFullError, one line namin
 a torn last line would break every reader, and a resumed run appends after it.
 """
 
-import errno
 import json
 import os
 from typing import Optional
 
-from openrlhf_speed.rollout.ckpt_manifest import DiskFullError, free_bytes
-
-_FULL = (errno.ENOSPC, errno.EDQUOT)
+from openrlhf_speed.rollout.ckpt_manifest import FULL_ERRNOS, DiskFullError, free_bytes
 
 
 def append_whole(f, data: bytes, what: str) -> None:
@@ -31,7 +28,7 @@ def append_whole(f, data: bytes, what: str) -> None:
         while view:  # an unbuffered write may take part of the data
             view = view[f.write(view):]
     except OSError as e:
-        if e.errno not in _FULL:
+        if e.errno not in FULL_ERRNOS:
             raise
         try:
             os.ftruncate(f.fileno(), start)
