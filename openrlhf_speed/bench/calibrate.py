@@ -48,8 +48,9 @@ def read_runs(runs_dir: Path) -> tuple[list[dict], list[str]]:
     plan = {p["key"]: p for p in bench.get("plan", [])}
     out, skipped = [], []
     for folder in sorted(p for p in runs_dir.iterdir() if (p / "metrics.jsonl").is_file()):
+        planned = plan.get(folder.name, {})
         # The plan names each run's curriculum; the folder name is the fallback for a hand-made folder.
-        curriculum = plan.get(folder.name, {}).get("curriculum") or folder.name.rsplit("-r", 1)[0]
+        curriculum = planned.get("curriculum") or folder.name.rsplit("-r", 1)[0]
         if curriculum != "off":
             skipped.append(folder.name)
             continue
@@ -59,7 +60,7 @@ def read_runs(runs_dir: Path) -> tuple[list[dict], list[str]]:
             raise ValueError(f"{folder / 'metrics.jsonl'} has no evaluation: is the run finished?")
         # The last step's clock, as the bench report reads it, so both documents print one figure.
         wall = run["steps"][-1].get("train_wall_s", 0.0) if run["steps"] else 0.0
-        out.append({"key": folder.name, "seed": plan.get(folder.name, {}).get("seed"), "evals": evals,
+        out.append({"key": folder.name, "seed": planned.get("seed"), "evals": evals,
                     "train_wall_s": wall})
     if not out:
         raise ValueError(f"{runs_dir} holds no `off` run folder with a metrics.jsonl"
