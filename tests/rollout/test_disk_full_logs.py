@@ -9,11 +9,10 @@ during it comes from a file whose writes take 10 bytes and then fail.
 import errno
 import json
 import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
+from _failing_train import train_failing_with
 
 from openrlhf_speed.rollout.ckpt_manifest import CheckpointDiskFullError, DiskFullError
 from openrlhf_speed.rollout.trace import TraceFile, append_whole
@@ -105,22 +104,9 @@ def test_a_checkpoint_disk_full_is_a_disk_full():
     assert issubclass(CheckpointDiskFullError, DiskFullError)
 
 
-DRIVER = """
-import runpy, sys, ray
-from openrlhf_speed.cli import train
-from openrlhf_speed.rollout.ckpt_manifest import DiskFullError
-
-def fit_failed(*args, **kwargs):  # what ray.get(ppo_trainer.fit.remote()) raises
-    raise ray.exceptions.RayTaskError("SpeedPPOTrainer.fit", "Traceback ...",
-                                      DiskFullError("disk full while writing the trace /data/t.jsonl: 0.0 MB is free")).as_instanceof_cause()
-
-runpy.run_module = fit_failed
-sys.exit(train.main([]))
-"""
-
-
 def test_the_command_ends_with_status_1_and_one_line_without_a_traceback():
-    out = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, timeout=300)
+    out = train_failing_with("openrlhf_speed.rollout.ckpt_manifest", "DiskFullError",
+                             "disk full while writing the trace /data/t.jsonl: 0.0 MB is free")
     assert out.returncode == 1, out.stderr[-3000:]
     assert out.stderr.strip().splitlines()[-1] == (
         "[openrlhf-speed] ERROR disk full while writing the trace /data/t.jsonl: 0.0 MB is free")

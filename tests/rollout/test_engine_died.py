@@ -10,12 +10,11 @@ command's process as the trainer's failure. Checked without Ray or vLLM running:
 """
 
 import pickle
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 import ray
+from _failing_train import train_failing_with
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from openrlhf_speed.curriculum import Scheduler, SpeedConfig
@@ -79,22 +78,9 @@ def test_resume_hint_for_each_checkpoint_folder(tmp_path):
     assert resume_hint(str(tmp_path), True).startswith("The checkpoint folder cannot be resumed as it is: ")
 
 
-DRIVER = """
-import runpy, sys, ray
-from openrlhf_speed.cli import train
-from openrlhf_speed.rollout.speed_generator import EngineDiedError
-
-def fit_failed(*args, **kwargs):  # what ray.get(ppo_trainer.fit.remote()) raises
-    raise ray.exceptions.RayTaskError("SpeedPPOTrainer.fit", "Traceback ...",
-                                      EngineDiedError("vLLM engine 0 (Ray actor 01234567) failed ...")).as_instanceof_cause()
-
-runpy.run_module = fit_failed
-sys.exit(train.main([]))
-"""
-
-
 def test_driver_ends_with_status_1_and_the_error_as_last_line():
-    out = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, timeout=300)
+    out = train_failing_with("openrlhf_speed.rollout.speed_generator", "EngineDiedError",
+                             "vLLM engine 0 (Ray actor 01234567) failed ...")
     assert out.returncode == 1, out.stderr[-3000:]
     assert out.stderr.strip().splitlines()[-1] == "[openrlhf-speed] ERROR vLLM engine 0 (Ray actor 01234567) failed ..."
     assert "Traceback" in out.stderr  # the remote traceback is kept above it
