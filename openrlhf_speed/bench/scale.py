@@ -38,6 +38,8 @@ from openrlhf_speed.bench.soak import PRESETS, train_command
 STATE_BUDGET_BYTES = 50e6
 RESUME_BUDGET_S = 60.0
 _RESTORED = re.compile(r"restored the curriculum state of step (\d+) from \S+ in ([\d.]+)s")
+_RAY_STARTED = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+)\s+INFO \S+ -- Started a local Ray instance")
+_RENDERED = re.compile(r"Preprocessing data: 100%\|[^|]*\| (\d+)/\1 \[(?:(\d+):)?(\d+):(\d+)<")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +109,25 @@ def watch(cmd: list, run_dir: str, log_name: str) -> dict:
     return {"launch": t0, "seen": seen, "driver_peak_mib": peak, "rss_mib": roles, "log": open(log_path).read()}
 
 
+def phases(run: dict, startup_s: float) -> dict:
+    """Where a start-up's seconds went, from its log: the train command's checks before Ray
+    starts (flags, the dataset's rows), OpenRLHF's rendering of every prompt through the chat
+    template in its trainer (its progress bar's time), and the rest (Ray, the vLLM engine and
+    the DeepSpeed actor starting, the SPEED driver's prompt-length count)."""
+    out = {}
+    ray = _RAY_STARTED.search(run["log"])
+    if ray:
+        started = time.mktime(time.strptime(ray.group(1), "%Y-%m-%d %H:%M:%S")) + int(ray.group(2)) / 1000
+        out["before Ray (flag and dataset checks)"] = round(started - run["launch"], 1)
+    rendered = _RENDERED.findall(run["log"])
+    if rendered:
+        h, m, sec = rendered[-1][1:]
+        out["OpenRLHF renders every prompt"] = float(int(h or 0) * 3600 + int(m) * 60 + int(sec))
+    if out:
+        out["the rest (Ray, vLLM, DeepSpeed, the driver)"] = round(startup_s - sum(out.values()), 1)
+    return out
+
+
 def figures(a: dict, b: dict, ckpt: dict | None, steps: int) -> dict:
     (first, t_first), *_ = a["seen"]
     walls = [r["train_wall_s"] for r, _ in a["seen"]]
@@ -122,6 +143,7 @@ def figures(a: dict, b: dict, ckpt: dict | None, steps: int) -> dict:
         "resumed_steps": [r["step"] for r, _ in b["seen"]],
         "prompts_too_long": first.get("speed/prompts_too_long"),
     }
+    out["startup_parts_s"], out["resume_parts_s"] = phases(a, out["startup_s"]), phases(b, out["resume_s"])
     if ckpt:
         out.update({k: ckpt[k] for k in ("ckpt_mib", "state_mib", "state_parts_mib")})
     out["budgets"] = {
@@ -146,6 +168,10 @@ def markdown(result: dict) -> str:
              "| figure | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows], "",
              "Budgets: " + "; ".join(f"{k}: {'holds' if ok else '**does not hold**'}"
                                      for k, ok in f["budgets"].items()), ""]
+    for key, what in (("startup_parts_s", "Start-up"), ("resume_parts_s", "Resume")):
+        if f.get(key):
+            lines.append(f"{what}, where the seconds went: " + ", ".join(f"{k} {v} s" for k, v in f[key].items()))
+            lines.append("")
     if f.get("state_parts_mib"):
         lines.append("Curriculum state parts (MiB): " + ", ".join(f"{k} {v}" for k, v in f["state_parts_mib"].items()
                                                                    if v >= 0.001))

@@ -48,6 +48,8 @@ PRESETS = {
     "tiny": dict(model="proving-ci", batch=4, n=4, n_init=2, max_new_tokens=32, steps=4, every=2, prompts=16),
 }
 GROWTH_LIMIT = 0.10
+# Work per step (bench/soak.workload); reported beside the growth check, never flagged.
+WORK = ("speed/tokens_generated", "speed/tokens_trained", "rollout/response_length_mean")
 NOISE_SE = 2.0
 LR = 1e-6
 
@@ -95,6 +97,8 @@ def prompt_file(model: str, n: int, out: str) -> str:
         rows = [line for line in f if line.strip()][:n]
     if len(rows) < n:
         raise SystemExit(f"openrlhf-speed soak: error: --prompts {n}, but {src} has {len(rows)} prompts")
+    if os.path.isfile(dst) and open(dst).read() == "".join(rows):
+        return dst  # left untouched, so a rerun that resumes finds the dataset it checked (data/records.py)
     with open(dst, "w") as f:
         f.writelines(rows)
     return dst
@@ -139,6 +143,12 @@ def step_seconds(records: list) -> list:
     return out
 
 
+def workload(window: list) -> dict:
+    """The window's mean work per step: a policy that drifts (longer responses, a lower
+    qualification rate) changes it even at lr 1e-6, and the step time with it."""
+    return {k: statistics.fmean(r[k] for r in window if k in r) for k in WORK if any(k in r for r in window)}
+
+
 def sample(step: int, every: int, records: list, procs: list, run_dir: str) -> dict:
     """One record of the soak at step `step` (the run is at its end of step)."""
     window = _window(records, step - every, step)
@@ -149,9 +159,28 @@ def sample(step: int, every: int, records: list, procs: list, run_dir: str) -> d
         "object_store_mib": probe.object_store_mib(probe.gcs_address(procs)),
         "step_s": step_seconds(window),
         "parts_s": {k: statistics.fmean(r[k] for r in window if k in r) for k in parts},
+        "work": workload(window),
         "trace_bytes": probe.files_bytes(trace, trace + ".1"),
-        "log_bytes": probe.files_bytes(os.path.join(run_dir, "train.log")),
+        "log_bytes": log_bytes_at_step(os.path.join(run_dir, "train.log"), step),
     }
+
+
+def log_bytes_at_step(path: str, step: int, tail: int = 8 * 2**20) -> int:
+    """The log's bytes up to the end of step `step`'s line: the file's size when the sample is
+    taken would count, at the last step, the run's end (the final save, OpenRLHF's progress bar
+    for every remaining episode, shutdown lines), 52 KB in a 1,000-step soak."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            f.seek(max(0, size - tail))
+            start, data = f.tell(), f.read()
+    except OSError:
+        return 0
+    at = data.rfind(f"[openrlhf-speed] step {step} |".encode())
+    if at < 0:
+        return size
+    end = data.find(b"\n", at)
+    return start + (end + 1 if end >= 0 else len(data))
 
 
 def soak_one(strategy: str, s: dict, data: str, run_dir: str, extra: list) -> list:
@@ -205,10 +234,39 @@ def figures(rec: dict, prev: dict | None) -> dict:
     for key in ("object_store_mib", "ckpt_mib", "state_mib"):
         if rec.get(key) is not None:
             out[key] = rec[key]
+    parts = rec.get("state_parts_mib")
+    if parts:
+        # The responses in flight and ready at the checkpoint's moment vary with it, bounded by the
+        # in-flight and buffer limits; the rest (per-prompt history, order, totals) is what could grow.
+        held = parts.get("inflight", 0.0) + parts.get("ready", 0.0)
+        out["state_mib/responses_held"], out["state_mib/rest"] = held, sum(parts.values()) - held
     if prev is not None and rec["step"] > prev["step"]:
         for key in ("trace_bytes", "log_bytes"):
             out[f"{key}_per_step"] = (rec[key] - prev[key]) / (rec["step"] - prev["step"])
+    # Seconds per 1,000 tokens: the machinery's speed, apart from how much work a step holds.
+    work, parts = rec.get("work") or {}, rec.get("parts_s") or {}
+    for name, part, tokens in (("generation", "timing/generation", "speed/tokens_generated"),
+                               ("training", "timing/ppo_train", "speed/tokens_trained")):
+        if work.get(tokens) and parts.get(part) is not None:
+            out[f"{name}_s_per_ktoken"] = 1000 * parts[part] / work[tokens]
     return out
+
+
+def backfill(samples: list, run_dir: str, every: int) -> None:
+    """Samples recorded before `work` and the log's bytes at the step line were: the same
+    figures, from the run's metrics.jsonl and train.log when they are there."""
+    log = os.path.join(run_dir, "train.log")
+    if os.path.isfile(log):
+        for rec in samples:
+            rec["log_bytes"] = log_bytes_at_step(log, rec["step"], tail=2**62)
+    metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    if all("work" in r for r in samples) or not os.path.isfile(metrics_path):
+        return
+    with open(metrics_path) as f:
+        records = [r for r in map(json.loads, f) if r.get("event", "step") == "step" and "step" in r]
+    for rec in samples:
+        if "work" not in rec:
+            rec["work"] = workload(_window(records, rec["step"] - every, rec["step"]))
 
 
 def growth_check(samples: list, steps: int, ref_fraction: float) -> dict:
@@ -230,6 +288,10 @@ def growth_check(samples: list, steps: int, ref_fraction: float) -> dict:
         se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
         out["step_s"] = {"ref": statistics.fmean(a), "last": statistics.fmean(b), "growth": diff / statistics.fmean(a),
                          "noise_se": se, "flagged": diff > NOISE_SE * se}
+    for key in WORK:
+        a, b = (samples[k].get("work", {}).get(key) for k in (i, j))
+        if a and b is not None:
+            out[f"work/{key}"] = {"ref": a, "last": b, "growth": (b - a) / a, "flagged": False}
     for key, v in out.items():
         v["ref_step"], v["last_step"] = samples[i]["step"], samples[j]["step"]
     return out
@@ -240,6 +302,7 @@ def report(out: str, s: dict, curricula: list, args) -> dict:
     for name in curricula:
         path = os.path.join(out, name, "samples.jsonl")
         samples = [json.loads(line) for line in open(path)] if os.path.isfile(path) else []
+        backfill(samples, os.path.join(out, name), s["every"])
         runs[name] = {"samples": samples, "growth": growth_check(samples, s["steps"], args.ref_fraction)}
     result = {"date": time.strftime("%Y-%m-%d"), "machine": probe.machine(), "settings": s,
               "command": "openrlhf-speed soak " + " ".join(sys.argv[1:] if args.argv is None else args.argv),
@@ -268,6 +331,13 @@ def markdown(result: dict) -> str:
             mark = " **flagged**" if v["flagged"] else ""
             lines.append(f"| {key} | {v['ref_step']} | {v['ref']:.4g} | {v['last_step']} | {v['last']:.4g} | "
                          f"{v['growth']:+.1%}{mark} |")
+        work = {k[len("work/"):]: v for k, v in run["growth"].items() if k.startswith("work/")}
+        if work:
+            lines += ["", "Work per step (window means, never flagged): " + "; ".join(
+                f"{k} {v['ref']:.4g} -> {v['last']:.4g} ({v['growth']:+.1%})" for k, v in work.items()) +
+                ". Seconds per 1,000 tokens (generation_s_per_ktoken, training_s_per_ktoken) are the machinery's "
+                "speed apart from the work: a step time that grows with the work while they stay flat is the "
+                "policy's drift, not the run slowing down."]
         if run["samples"] and "state_parts_mib" in run["samples"][-1]:
             last = run["samples"][-1]
             lines += ["", f"Curriculum state at step {last['step']}: {last['state_mib']} MiB, buffer {last['buffer']}, "
@@ -285,10 +355,11 @@ def plot(result: dict, path: str) -> None:
 
     panels = [("driver RSS (MiB)", "rss_mib/driver"), ("actor RSS (MiB)", "rss_mib/actor"),
               ("engine RSS (MiB)", "rss_mib/engine0"), ("vLLM workers RSS (MiB)", "rss_mib/vllm_workers"),
-              ("object store (MiB)", "object_store_mib"), ("checkpoint (MiB)", "ckpt_mib"),
-              ("curriculum state (MiB)", "state_mib"), ("trace bytes / step", "trace_bytes_per_step"),
-              ("log bytes / step", "log_bytes_per_step"), ("step time (s)", "step_s")]
-    fig, axes = plt.subplots(2, 5, figsize=(20, 7))
+              ("Ray's own processes RSS (MiB)", "rss_mib/ray"), ("object store (MiB)", "object_store_mib"),
+              ("checkpoint (MiB)", "ckpt_mib"), ("curriculum state (MiB)", "state_mib"),
+              ("trace bytes / step", "trace_bytes_per_step"), ("log bytes / step", "log_bytes_per_step"),
+              ("step time (s)", "step_s"), ("generation s / 1,000 tokens", "generation_s_per_ktoken")]
+    fig, axes = plt.subplots(2, 6, figsize=(24, 7))
     for ax, (title, key) in zip(axes.flat, panels):
         for name, run in result["runs"].items():
             samples = sorted(run["samples"], key=lambda r: r["step"])

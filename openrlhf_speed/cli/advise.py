@@ -33,6 +33,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from openrlhf_speed.curriculum import payoff
+from openrlhf_speed.data.loader import prompt_text
 from openrlhf_speed.curriculum.posterior import (FITTED, FIXED_PRIORS, Posteriors, holdout_check, outcome_shares,
                                                  posterior_histogram)
 
@@ -214,15 +215,6 @@ def draw(rows: list, k: int, seed: int) -> list:
     return [rows[i] for i in sorted(random.Random(seed).sample(range(len(rows)), k))]
 
 
-def render(tok, prompt, args) -> str:
-    """The prompt text the training's engines see (data/loader.count_prompt_tokens's rule)."""
-    if isinstance(prompt, str) and args.apply_chat_template:
-        prompt = [{"role": "user", "content": prompt}]
-    if isinstance(prompt, list):
-        return tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    return args.input_template.format(prompt) if args.input_template else prompt
-
-
 def _model_len(model: str, max_len: int) -> int:
     """--data.max_len, capped at the model's positions (vLLM refuses a longer max_model_len)."""
     with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
@@ -241,7 +233,7 @@ def screen(args, model: str, rows: list, tok) -> dict:
     from openrlhf_speed.rewards.math_reward import reward_counters
     from openrlhf_speed.rewards.reward_func import score_query
 
-    prompts = [render(tok, r[args.input_key], args) for r in rows]
+    prompts = [prompt_text(r[args.input_key], tok, args.apply_chat_template, args.input_template) for r in rows]
     dtype = args.vllm_dtype
     if dtype == "auto" and proving.is_proving(args.model):
         dtype = "float32"  # as the bench runs it (bench/commands.py): its tables are measured in float32

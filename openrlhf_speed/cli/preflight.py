@@ -13,6 +13,7 @@ import ast
 import math
 import os
 
+from openrlhf_speed.data import records
 from openrlhf_speed.data.folders import FILE_EXTENSIONS, load_dataset_rows
 from openrlhf_speed.data.loader import TOO_LONG, DatasetError
 from openrlhf_speed.data.loader import prompt_limit as loader_prompt_limit
@@ -233,15 +234,19 @@ def input_errors(args) -> list:
 def input_checks(args) -> tuple:
     """(errors, notes) of the datasets and the reward file, with the actor's tokenizer: notes say how
     many prompts are over the prompt limit (and what happens to them) and how many are duplicates."""
-    if args.data.prompt_dataset and any(os.path.exists(os.path.expanduser(p))
-                                        for p in _local_files(args.data.prompt_dataset)):
-        tokenizer, why_not = _tokenizer(args)
+    local = [p for p in _local_files(args.data.prompt_dataset or "") if os.path.exists(os.path.expanduser(p))]
+    reused = None if getattr(args, "dry_run", False) else records.reused_check(args, local)
+    if reused is not None:  # a rerun of the same command: the rows were read when it first started
+        errors, notes = [], reused + [f"--data.prompt_dataset unchanged since the run's first start checked it (size "
+                                      f"and modification time, the same flags): rows not read again"]
     else:
-        tokenizer, why_not = None, None
-    errors, notes = check_dataset(args.data.prompt_dataset, args, args.rollout.batch_size, "--data.prompt_dataset",
-                                  tokenizer)
-    if why_not:
-        notes.append(f"--data.prompt_dataset: prompt lengths not checked against the prompt limit: {why_not}")
+        tokenizer, why_not = _tokenizer(args) if local else (None, None)
+        errors, notes = check_dataset(args.data.prompt_dataset, args, args.rollout.batch_size,
+                                      "--data.prompt_dataset", tokenizer)
+        if why_not:
+            notes.append(f"--data.prompt_dataset: prompt lengths not checked against the prompt limit: {why_not}")
+        if local and not errors and not getattr(args, "dry_run", False):
+            records.save_check(args, local, notes)
     errors += dataset_errors(args.eval.dataset, args, 0, "--eval.dataset")
     return errors + reward_file_errors(args.reward.remote_url), notes
 

@@ -141,17 +141,45 @@ def prompt_limit(max_len: int, max_new_tokens: int | None) -> tuple[int, str]:
     return max_len - 1, f"--data.max_len {max_len} - 1 (--rollout.max_new_tokens unset)"
 
 
-def count_prompt_tokens(prompt, tokenizer, apply_chat_template: bool = False,
-                        input_template: str | None = None) -> int:
-    """Prompt length in tokens as the run sees it (see the module docstring)."""
+def prompt_text(prompt, tokenizer, apply_chat_template: bool = False, input_template: str | None = None) -> str:
+    """The prompt text the run's engines see (see the module docstring)."""
     if isinstance(prompt, str) and apply_chat_template:
         prompt = [{"role": "user", "content": prompt}]
     if isinstance(prompt, list):
-        prompt = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    elif input_template:  # OpenRLHF's --data.input_template, applied without a chat template
-        prompt = input_template.format(prompt)
-    # Template text already holds the special tokens it needs; don't count a second BOS.
-    return len(tokenizer.encode(prompt, add_special_tokens=False))
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    if input_template:  # OpenRLHF's --data.input_template, applied without a chat template
+        return input_template.format(prompt)
+    return prompt
+
+
+def token_counts(texts: list, tokenizer) -> list:
+    """Each text's length in tokens, no special tokens added (template text already holds the
+    ones it needs). A Hugging Face fast tokenizer counts the whole list in one call of its Rust
+    backend: at 400,000 prompts, one `encode` per text took 30 s of every start-up (2 cores);
+    the counts are the same."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch"):
+        return [len(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+    # A tokenizer file may switch on padding or truncation, which would count the batch's longest
+    # prompt, or the cut, for every one; off for the call, as transformers does for each of its own.
+    padding, truncation = backend.padding, backend.truncation
+    backend.no_padding()
+    backend.no_truncation()
+    try:
+        # encode_batch over encode_batch_fast and the tokenizer's __call__: 6.3 s against 7.7 s
+        # and 11.3 s for 200,000 chat prompts on 2 cores (SmolLM2's tokenizer, 2026-11-27).
+        return [len(e.ids) for e in backend.encode_batch(list(texts), add_special_tokens=False)]
+    finally:
+        if padding is not None:
+            backend.enable_padding(**padding)
+        if truncation is not None:
+            backend.enable_truncation(**truncation)
+
+
+def count_prompt_tokens(prompt, tokenizer, apply_chat_template: bool = False,
+                        input_template: str | None = None) -> int:
+    """Prompt length in tokens as the run sees it (see the module docstring)."""
+    return token_counts([prompt_text(prompt, tokenizer, apply_chat_template, input_template)], tokenizer)[0]
 
 
 def _error(path: str, lineno: int, reason: str, detail: str, input_key: str, label_key: str,
@@ -194,12 +222,14 @@ def load_jsonl_rows(
     except OSError as e:
         raise DatasetError(f"{path}: cannot read the dataset file ({e.strerror}); check the path") from None
     with f:
+        pending: list = []
         for lineno, raw in enumerate(f, start=1):
             if not raw.strip():
                 report.blank_lines += 1
                 continue
             row, problem = _parse(raw)
-            _take(row, problem, lineno, rows, report, opts)
+            _take(row, problem, lineno, rows, report, opts, pending)
+    _count_lengths(pending, rows, report, opts)
     return _finish(rows, report, opts)
 
 
@@ -217,8 +247,12 @@ class _Options(NamedTuple):
     where: str  # "line" for jsonl, "row" for tables
 
 
-def _take(row, problem, lineno: int, rows: list, report: "LoadReport", o: _Options) -> None:
-    """Check one parsed row: keep it in `rows`, drop it (counted), or raise DatasetError."""
+_LENGTH_BATCH = 4096  # rows whose prompt lengths are counted in one tokenizer call
+
+
+def _take(row, problem, lineno: int, rows: list, report: "LoadReport", o: _Options, pending: list) -> None:
+    """Check one parsed row: keep it in `rows`, drop it (counted), or raise DatasetError. With a
+    prompt limit, a valid row waits in `pending` until its batch's lengths are counted."""
     report.lines_read += 1
     if problem is None:
         problem = check_row(row, o.input_key, o.label_key)
@@ -227,10 +261,29 @@ def _take(row, problem, lineno: int, rows: list, report: "LoadReport", o: _Optio
             raise _error(o.path, lineno, *problem, o.input_key, o.label_key, o.skip_hint, where=o.where)
         report.drop(problem[0], lineno)
         return
-    if o.max_prompt_tokens is not None and count_prompt_tokens(
-            row[o.input_key], o.tokenizer, o.apply_chat_template, o.input_template) > o.max_prompt_tokens:
-        report.drop(TOO_LONG, lineno)
+    if o.max_prompt_tokens is None:
+        _keep(row, lineno, rows, report, o)
         return
+    pending.append((row, lineno))
+    if len(pending) >= _LENGTH_BATCH:
+        _count_lengths(pending, rows, report, o)
+
+
+def _count_lengths(pending: list, rows: list, report: "LoadReport", o: _Options) -> None:
+    """Drop the pending rows over the prompt limit (counted), keep the others in file order."""
+    if not pending:
+        return
+    texts = [prompt_text(row[o.input_key], o.tokenizer, o.apply_chat_template, o.input_template)
+             for row, _ in pending]
+    for (row, lineno), n in zip(pending, token_counts(texts, o.tokenizer)):
+        if n > o.max_prompt_tokens:
+            report.drop(TOO_LONG, lineno)
+        else:
+            _keep(row, lineno, rows, report, o)
+    pending.clear()
+
+
+def _keep(row, lineno: int, rows: list, report: "LoadReport", o: _Options) -> None:
     if not isinstance(row[o.label_key], str):
         row[o.label_key] = str(row[o.label_key])
         report.answers_converted += 1
@@ -258,9 +311,10 @@ def load_records(path: str, records, input_key: str = "prompt", label_key: str =
     opts = _Options(str(path), input_key, label_key, max_prompt_tokens, tokenizer, skip_invalid,
                     apply_chat_template, input_template, skip_hint, "row")
     _check_tokenizer(opts)
-    report, rows = LoadReport(path=str(path), max_prompt_tokens=max_prompt_tokens), []
+    report, rows, pending = LoadReport(path=str(path), max_prompt_tokens=max_prompt_tokens), [], []
     for index, row in enumerate(records, start=1):
-        _take(row, None, index, rows, report, opts)
+        _take(row, None, index, rows, report, opts, pending)
+    _count_lengths(pending, rows, report, opts)
     return _finish(rows, report, opts)
 
 

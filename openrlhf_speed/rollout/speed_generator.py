@@ -73,7 +73,8 @@ from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind
 
 from openrlhf_speed.curriculum import Response, Scheduler, SpeedConfig
-from openrlhf_speed.data.loader import prompt_limit
+from openrlhf_speed.data import records
+from openrlhf_speed.data.loader import prompt_limit, token_counts
 from openrlhf_speed.rewards.guard import DEFAULT_MAX_ERROR_RATE, DEFAULT_RETRIES, RewardGuard, invalid_reason
 from openrlhf_speed.rollout.checkpoint import resume_hint
 from openrlhf_speed.rollout.trace import TraceFile
@@ -110,12 +111,18 @@ def _state_summary(sched: dict) -> dict:
             "next_request_id": sched["next_request_id"], "totals": {k: float(v) for k, v in sched["totals"].items()}}
 
 
-def drop_too_long(prompts: List[str], labels: List[str], tokenizer, limit: int):
+def drop_too_long(prompts: List[str], labels: List[str], tokenizer, limit: int, args=None):
     """(prompts, labels, dropped row indices) without the prompts over `limit` tokens, counted as
     OpenRLHF's executor counts them before it would truncate one (the rendered text,
-    no special tokens added). The scheduler's prompt indices are positions in what is kept."""
-    lengths = [len(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
-    dropped = [i for i, n in enumerate(lengths) if n > limit]
+    no special tokens added). The scheduler's prompt indices are positions in what is kept.
+    With the run's `args`, a rerun that resumes reuses the count of these very prompts
+    (data/records.py) instead of tokenizing all of them again."""
+    key = records.prompts_key(prompts, tokenizer, limit) if args is not None else None
+    dropped = records.reused_too_long(args, key) if key else None
+    if dropped is None:
+        dropped = [i for i, n in enumerate(token_counts(prompts, tokenizer)) if n > limit]
+        if key:
+            records.save_too_long(args, key, dropped)
     if not dropped:
         return list(prompts), list(labels), []
     skip = set(dropped)
@@ -135,7 +142,8 @@ class SpeedSamplesGenerator(SamplesGenerator):
         super().__init__(strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines)
         dataset = prompts_dataloader.dataset  # OpenRLHF's PromptDataset: rendered prompts, labels
         limit, why = prompt_limit(self.args.data.max_len, self.args.rollout.max_new_tokens)
-        self.prompts, self.labels, too_long = drop_too_long(dataset.prompts, dataset.labels, tokenizer, limit)
+        self.prompts, self.labels, too_long = drop_too_long(dataset.prompts, dataset.labels, tokenizer, limit,
+                                                            self.args)
         self.prompts_too_long = len(too_long)
         if too_long:
             print(f"[openrlhf-speed] {len(too_long)} of {len(dataset.prompts)} prompts are longer than {limit} "

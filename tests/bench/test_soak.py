@@ -5,6 +5,7 @@ for the step time), the report names it, the commands carry the settings, and th
 figures and budgets are read the way a user would check them."""
 
 import json
+import time
 
 import pytest
 
@@ -66,6 +67,42 @@ def test_report_names_flagged_figures_and_draws_every_panel(tmp_path):
     assert json.loads((tmp_path / "soak.json").read_text())["machine"]["cores"] >= 1
 
 
+def test_a_step_time_that_grows_with_the_work_reads_flat_per_token():
+    """A policy that drifts (longer responses) makes steps longer: the step time is flagged, the
+    seconds per 1,000 tokens are not, and the work per step is reported, never flagged."""
+    def worked(step, tokens, step_s):
+        return {**rec(step, step_s=step_s), "parts_s": {"timing/generation": tokens / 2000, "timing/ppo_train": 1.0},
+                "work": {"speed/tokens_generated": tokens, "speed/tokens_trained": 2000.0}}
+    samples = [worked(k, 3000.0, (2.0, 2.1, 1.9, 2.0)) for k in range(50, 1000, 50)]
+    g = soak.growth_check(samples + [worked(1000, 4500.0, (2.7, 2.8, 2.6, 2.7))], 1000, 0.2)
+    assert [k for k, v in g.items() if v["flagged"]] == ["step_s"]
+    assert g["generation_s_per_ktoken"]["growth"] == 0.0 and g["training_s_per_ktoken"]["ref"] == 0.5
+    assert g["work/speed/tokens_generated"]["growth"] == 0.5 and not g["work/speed/tokens_generated"]["flagged"]
+
+
+def test_held_responses_are_apart_from_the_state_that_could_grow():
+    parts = {"history": 0.004, "order": 0.001, "inflight": 0.1, "ready": 0.2}
+    f = soak.figures({**rec(1000), "state_parts_mib": parts}, None)
+    assert f["state_mib/responses_held"] == pytest.approx(0.3) and f["state_mib/rest"] == pytest.approx(0.005)
+
+
+def test_log_bytes_stop_at_the_step_line_not_at_the_run_end(tmp_path):
+    log = tmp_path / "train.log"
+    body = "".join(f"(SpeedPPOTrainer pid=1) [openrlhf-speed] step {k} | reward 0.5\nother line\n" for k in (1, 2))
+    log.write_text(body + "Episode [3/9]: 25%\n" * 100)  # the run's end after its last step
+    at = soak.log_bytes_at_step(str(log), 2)
+    tail = log.stat().st_size - body.index("[openrlhf-speed] step 2")  # read from the line on
+    assert at == body.rindex("other") and soak.log_bytes_at_step(str(log), 2, tail=tail) == at
+    assert soak.log_bytes_at_step(str(log), 7) == log.stat().st_size  # no such line: the whole file
+    # Samples recorded from the file's size are read again from the log and the metrics.
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"event": "step", "step": k,
+                                                                "speed/tokens_generated": 100.0 * k}) + "\n"
+                                                    for k in (1, 2)))
+    samples = [{"step": 2, "log_bytes": log.stat().st_size}]
+    soak.backfill(samples, str(tmp_path), every=2)
+    assert samples == [{"step": 2, "log_bytes": at, "work": {"speed/tokens_generated": 150.0}}]
+
+
 @pytest.mark.parametrize("strategy,screens", [("speed", True), ("greso", False), ("speed_bayes", True)])
 def test_train_command_carries_the_settings_and_extra_flags_last(tmp_path, strategy, screens):
     cmd = soak.train_command(strategy, S, "/data.jsonl", str(tmp_path), ["--rollout.batch_size", "2"])
@@ -121,6 +158,18 @@ def test_scale_figures_and_budgets():
     md = scale.markdown({"date": "d", "machine": probe.machine(), "rows": 400000, "steps": 2, "command": "c",
                          "figures": f})
     assert "400,000 prompts" in md and "resume < 60 s: **does not hold**" in md
+
+
+def test_scale_splits_a_start_up_into_its_phases_from_the_log():
+    launch = time.mktime(time.strptime("2026-11-27 09:58:50", "%Y-%m-%d %H:%M:%S"))
+    log = ("[openrlhf-speed] device: cpu\n2026-11-27 09:59:27,500\tINFO worker.py:2003 -- Started a local Ray "
+           "instance. View the dashboard at x\n(SpeedPPOTrainer pid=4569) Preprocessing data:  50%|#   | "
+           "200000/400000 [00:11<00:11, 18000.00it/s]\n(SpeedPPOTrainer pid=4569) Preprocessing data: 100%|####| "
+           "400000/400000 [00:22<00:00, 18040.06it/s]\n")
+    parts = scale.phases({"launch": launch, "log": log}, 87.1)
+    assert parts == {"before Ray (flag and dataset checks)": 37.5, "OpenRLHF renders every prompt": 22.0,
+                     "the rest (Ray, vLLM, DeepSpeed, the driver)": 27.6}
+    assert scale.phases({"launch": launch, "log": "no such lines"}, 87.1) == {}
 
 
 def test_scale_prompts_are_distinct_proving_problems(tmp_path):

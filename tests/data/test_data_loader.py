@@ -126,3 +126,48 @@ def test_generated_dataset_passes_validation(tmp_path):
     summary = build_dataset(str(tmp_path), n_train=50, n_test=10, seed=0)
     rows, report = load_jsonl_rows(summary["splits"]["train"]["path"])
     assert report.kept == 50 and not report.dropped and not report.answers_converted
+
+
+def test_batched_counts_equal_one_encode_per_prompt():
+    """token_counts (one call of the Rust backend for a list) counts what `encode` counts, on
+    the bundled model's tokenizer and the proving model's, for text a chat template makes."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoTokenizer
+
+    from openrlhf_speed.data.loader import token_counts
+    from openrlhf_speed.models.default_model import resolve_model
+    from openrlhf_speed.proving import resolve_model_or_proving
+
+    texts = ["What is 2 + 3?", "  leading spaces and\ttabs\n\nnew lines", "unicode: é ü 中文 ∑ 🙂",
+             "<|im_start|>user\nspecial tokens as text<|im_end|>\n<|im_start|>assistant\n",
+             "Q: 12 * 7 + 3 = ?\nA:", "x" * 3000]
+    for path in (resolve_model(None), resolve_model_or_proving("proving")):
+        tok = AutoTokenizer.from_pretrained(path)
+        assert tok.is_fast
+        # As loaded, before any call of transformers' own (which resets them), with a padding and
+        # a truncation a tokenizer file may set.
+        tok.backend_tokenizer.enable_padding(pad_id=0, pad_token=tok.convert_ids_to_tokens(0))
+        tok.backend_tokenizer.enable_truncation(max_length=8)
+        counts = token_counts(texts, tok)
+        assert tok.backend_tokenizer.padding["pad_id"] == 0 and tok.backend_tokenizer.truncation["max_length"] == 8
+        expected = [len(tok.encode(t, add_special_tokens=False)) for t in texts]
+        assert counts == expected and max(expected) > 100 and len(set(expected)) >= 4  # not one padded length
+        # A tokenizer that adds a BOS: special tokens stay uncounted, as in `encode`.
+        bos = tok.convert_ids_to_tokens(0)
+        tok.backend_tokenizer.post_processor = TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, 0)])
+        assert len(tok.encode(texts[0])) == expected[0] + 1 and token_counts(texts, tok) == expected
+
+
+def test_length_batches_keep_file_order_and_line_numbers(tmp_path, monkeypatch):
+    """Prompt lengths are counted in batches: rows stay in file order across a batch boundary,
+    and dropped rows keep their own line numbers, beside rows dropped as invalid."""
+    import openrlhf_speed.data.loader as loader
+
+    monkeypatch.setattr(loader, "_LENGTH_BATCH", 3)
+    lines = [{"prompt": " ".join(["w"] * (i % 4 + 1)), "answer": str(i)} for i in range(10)]
+    lines[5] = {"prompt": "x"}  # no answer, line 6
+    rows, report = load_jsonl_rows(write(tmp_path, lines), max_prompt_tokens=3, tokenizer=WhitespaceTokenizer(),
+                                   skip_invalid=True)
+    # i % 4 + 1 words: rows 3 and 7 (4 words) are over 3; row 5 is invalid.
+    assert [r["answer"] for r in rows] == ["0", "1", "2", "4", "6", "8", "9"]
+    assert report.lines == {"missing_answer": [6], "prompt_too_long": [4, 8]} and report.kept == 7
