@@ -108,7 +108,10 @@ def train_command(strategy: str, s: dict, data: str, run_dir: str, extra: list) 
     """The CPU recipe's flags with the soak's sizes; later flags (extra) win."""
     from openrlhf_speed.curriculum import STRATEGIES
 
-    epochs = math.ceil(8 * s["steps"] * s["batch"] / s["prompts"]) + 1  # enough for any qualification rate
+    # Enough epochs for any qualification rate (8 screenings per trained prompt), three times over:
+    # speed_bayes also skips the prompts it predicts all-correct unscreened (102 of 208 on the
+    # tiny set, whose 8x ended at step 5 of 6). The run stops at --train.max_steps anyway.
+    epochs = math.ceil(24 * s["steps"] * s["batch"] / s["prompts"]) + 1
     screen = ["--speed.n_init", str(s["n_init"])] if STRATEGIES[strategy].uses_n_init else []
     return [
         sys.executable, "-m", "openrlhf_speed.cli.main", "train",
