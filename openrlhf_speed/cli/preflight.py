@@ -235,7 +235,8 @@ def input_checks(args) -> tuple:
     """(errors, notes) of the datasets and the reward file, with the actor's tokenizer: notes say how
     many prompts are over the prompt limit (and what happens to them) and how many are duplicates."""
     local = [p for p in _local_files(args.data.prompt_dataset or "") if os.path.exists(os.path.expanduser(p))]
-    reused = None if getattr(args, "dry_run", False) else records.reused_check(args, local)
+    dry_run = getattr(args, "dry_run", False)  # a dry run always reads the rows, and keeps no record
+    reused = None if dry_run else records.reused_check(args, local)
     if reused is not None:  # a rerun of the same command: the rows were read when it first started
         errors, notes = [], reused + [f"--data.prompt_dataset unchanged since the run's first start checked it (size "
                                       f"and modification time, the same flags): rows not read again"]
@@ -245,7 +246,7 @@ def input_checks(args) -> tuple:
                                       "--data.prompt_dataset", tokenizer)
         if why_not:
             notes.append(f"--data.prompt_dataset: prompt lengths not checked against the prompt limit: {why_not}")
-        if local and not errors and not getattr(args, "dry_run", False):
+        if local and not errors and not dry_run:
             records.save_check(args, local, notes)
     errors += dataset_errors(args.eval.dataset, args, 0, "--eval.dataset")
     return errors + reward_file_errors(args.reward.remote_url), notes

@@ -55,7 +55,7 @@ def _read(path: str) -> Optional[dict]:
     return record if isinstance(record, dict) and record.get("format") == FORMAT else None
 
 
-def _saves_checkpoints(args) -> bool:
+def saves_checkpoints(args) -> bool:
     ckpt = getattr(args, "ckpt", None)
     return bool(ckpt is not None and ckpt.path and (ckpt.save_steps or 0) > 0)
 
@@ -105,7 +105,7 @@ def reused_check(args, paths: list) -> Optional[list]:
 
 
 def save_check(args, paths: list, notes: list) -> None:
-    identity = dataset_identity(args, paths) if _saves_checkpoints(args) else None
+    identity = dataset_identity(args, paths) if saves_checkpoints(args) else None
     if identity is not None:
         _write(os.path.join(args.ckpt.path, DATASET_CHECK), {"format": FORMAT, "identity": identity, "notes": notes})
 
@@ -130,7 +130,7 @@ def prompts_key(prompts: list, tokenizer, limit: int) -> str:
 
 def reused_too_long(args, key: str) -> Optional[list]:
     """The skipped indices counted earlier for exactly these prompts, tokenizer and limit, or None."""
-    if not _saves_checkpoints(args) or not getattr(args.ckpt, "load_enable", False):
+    if not saves_checkpoints(args) or not getattr(args.ckpt, "load_enable", False):
         return None  # a run that starts fresh counts afresh
     record = _read(os.path.join(args.ckpt.path, TOO_LONG))
     if record is None or record.get("key") != key or not isinstance(record.get("dropped"), list):
@@ -139,5 +139,5 @@ def reused_too_long(args, key: str) -> Optional[list]:
 
 
 def save_too_long(args, key: str, dropped: list) -> None:
-    if _saves_checkpoints(args):
+    if saves_checkpoints(args):
         _write(os.path.join(args.ckpt.path, TOO_LONG), {"format": FORMAT, "key": key, "dropped": dropped})
