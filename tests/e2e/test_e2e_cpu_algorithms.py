@@ -62,7 +62,7 @@ def test_one_step(algo, strategy, tmp_path):
     log = out.stdout + out.stderr
     (tmp_path / "run.log").write_text(log)
     assert out.returncode == 0, f"see {tmp_path / 'run.log'}: " + log[-3000:]
-    step = re.search(r"\[openrlhf-speed\] step 1 \| reward ([\d.]+) .*\| loss (-?[\d.e+-]+|nan)", log)
+    step = re.search(r"\[openrlhf-speed\] step 1 \| reward (-?[\d.]+) .*\| loss (-?[\d.e+-]+|nan)", log)
     assert step, log[-3000:]
     assert math.isfinite(float(step.group(2)))
     batch = [json.loads(line) for line in open(tmp_path / "trace.jsonl") if '"batch"' in line][0]

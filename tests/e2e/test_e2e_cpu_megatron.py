@@ -46,7 +46,7 @@ def test_megatron_speed_step(tmp_path):
 
     assert "megatron actor: llama, tp 1 x pp 2 x dp 1, float32" in log
     assert "megatron reference: llama, tp 1 x pp 2 x dp 1, float32" in log
-    steps = re.findall(r"\[openrlhf-speed\] step (\d+) \| reward ([\d.]+) .*?\| loss (-?[\d.]+)", log)
+    steps = re.findall(r"\[openrlhf-speed\] step (\d+) \| reward (-?[\d.]+) .*?\| loss (-?[\d.]+)", log)
     assert [s[0] for s in steps] == ["1"], log[-3000:]
 
     kl = re.findall(r"Global step 1: \{.*?'kl': ([-\d.e]+)", log)

@@ -44,7 +44,7 @@ def test_two_rloo_steps_train_and_sync_weights(tmp_path):
     want = os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
     assert threads == [(want, want)], threads
 
-    steps = re.findall(r"\[openrlhf-speed\] step (\d+) \| reward ([\d.]+) \| resp_len ([\d.]+).*time \[(.*?)\]", log)
+    steps = re.findall(r"\[openrlhf-speed\] step (\d+) \| reward (-?[\d.]+) \| resp_len ([\d.]+).*time \[(.*?)\]", log)
     assert [s[0] for s in steps] == ["1", "2"], log[-5000:]
     for _, reward, resp_len, split in steps:
         assert 0.0 <= float(reward) <= 1.0 and float(resp_len) > 0
