@@ -176,12 +176,6 @@ def token_counts(texts: list, tokenizer) -> list:
             backend.enable_truncation(**truncation)
 
 
-def count_prompt_tokens(prompt, tokenizer, apply_chat_template: bool = False,
-                        input_template: str | None = None) -> int:
-    """Prompt length in tokens as the run sees it (see the module docstring)."""
-    return token_counts([prompt_text(prompt, tokenizer, apply_chat_template, input_template)], tokenizer)[0]
-
-
 def _error(path: str, lineno: int, reason: str, detail: str, input_key: str, label_key: str,
            skip_hint: str | None = SKIP_HINT, where: str = "line") -> DatasetError:
     if reason in ("missing_prompt", "missing_answer"):

@@ -60,6 +60,12 @@ def saves_checkpoints(args) -> bool:
     return bool(ckpt is not None and ckpt.path and (ckpt.save_steps or 0) > 0)
 
 
+def _resumes(args) -> bool:
+    """A rerun asked to resume (--ckpt.load_enable): the only run that reuses a record."""
+    ckpt = getattr(args, "ckpt", None)
+    return bool(ckpt is not None and ckpt.path and getattr(ckpt, "load_enable", False))
+
+
 # -- the train command's dataset check (cli/preflight.py) ------------------------------------
 def _file_stats(path: str) -> list:
     """[relative path, size, mtime_ns] of a file, or of every file under a folder."""
@@ -94,8 +100,7 @@ def dataset_identity(args, paths: list) -> Optional[dict]:
 
 def reused_check(args, paths: list) -> Optional[list]:
     """The notes of an earlier, passed check of these files under these flags, or None."""
-    ckpt = getattr(args, "ckpt", None)
-    if ckpt is None or not getattr(ckpt, "load_enable", False) or not ckpt.path:
+    if not _resumes(args):
         return None
     record = _read(os.path.join(args.ckpt.path, DATASET_CHECK))
     identity = dataset_identity(args, paths)
@@ -130,7 +135,7 @@ def prompts_key(prompts: list, tokenizer, limit: int) -> str:
 
 def reused_too_long(args, key: str) -> Optional[list]:
     """The skipped indices counted earlier for exactly these prompts, tokenizer and limit, or None."""
-    if not saves_checkpoints(args) or not getattr(args.ckpt, "load_enable", False):
+    if not _resumes(args):
         return None  # a run that starts fresh counts afresh
     record = _read(os.path.join(args.ckpt.path, TOO_LONG))
     if record is None or record.get("key") != key or not isinstance(record.get("dropped"), list):

@@ -118,8 +118,7 @@ def drop_too_long(prompts: List[str], labels: List[str], tokenizer, limit: int, 
     With the run's `args`, a rerun that resumes reuses the count of these very prompts
     (data/records.py) instead of tokenizing all of them again."""
     # Hashed only where a record can be kept: a run without checkpoints would hash every prompt for nothing.
-    key = records.prompts_key(prompts, tokenizer, limit) if args is not None and records.saves_checkpoints(args) \
-        else None
+    key = records.prompts_key(prompts, tokenizer, limit) if records.saves_checkpoints(args) else None
     dropped = records.reused_too_long(args, key) if key else None
     if dropped is None:
         dropped = [i for i, n in enumerate(token_counts(prompts, tokenizer)) if n > limit]

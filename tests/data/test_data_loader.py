@@ -6,7 +6,7 @@ import json
 import pytest
 
 from openrlhf_speed.data import DatasetError, build_dataset, load_jsonl_rows
-from openrlhf_speed.data.loader import check_row, count_prompt_tokens
+from openrlhf_speed.data.loader import check_row, prompt_text, token_counts
 
 
 class WhitespaceTokenizer:
@@ -82,6 +82,10 @@ def test_skip_invalid_counts_reasons_and_lines(tmp_path):
     assert report.lines == {"missing_prompt": [2, 6], "invalid_json": [3], "empty_answer": [5]}
     assert "missing_prompt 2 (lines 2, 6)" in report.summary()
     assert report.as_dict()["dropped"]["invalid_json"] == 1
+
+
+def count_prompt_tokens(prompt, tok, apply_chat_template=False):
+    return token_counts([prompt_text(prompt, tok, apply_chat_template)], tok)[0]
 
 
 def test_token_counts_go_through_the_chat_template():
