@@ -8,7 +8,7 @@ setup(
     packages=find_packages(include=["openrlhf_speed", "openrlhf_speed.*"]),
     # The shipped proving-ground builds (weights, tokenizer, RL prompts), pinned by sha256 in
     # MANIFEST.sha256 and verified whenever a `proving` model name is resolved.
-    package_data={"openrlhf_speed.proving.shipped": ["MANIFEST.sha256", "proving-*/*", "proving-*/data/*"]},
+    package_data={"openrlhf_speed.proving.shipped": ["MANIFEST.sha256", "proving-*/*", "proving-*/data/*", "proving-*/mixes/*/*"]},
     python_requires=">=3.10",
     # Install with `make setup` (CPU) or `make setup-gpu` (CUDA), not `pip install .[...]`:
     # openrlhf 0.11.2 requires flash-attn==2.8.3, whose build imports torch, so pip's isolated

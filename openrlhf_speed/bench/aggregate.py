@@ -23,6 +23,8 @@ import math
 from collections import Counter
 from typing import Optional
 
+from openrlhf_speed.curriculum.payoff import is_nan  # noqa: F401 (one NaN test; callers read agg.is_nan)
+
 RULE_KINDS = ("uniform_gain", "off_final")
 # The curriculum whose runs each rule measures: a benchmark with the rule must run it.
 RULE_BASE = {"uniform_gain": "uniform", "off_final": "off"}
@@ -58,10 +60,6 @@ def parse_target_rule(text: str) -> tuple[str, float]:
                          "(target = stock OpenRLHF's final accuracy: the mean over the off runs of their last two "
                          "evaluations)")
     return kind, fraction
-
-
-def is_nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
 
 
 def sum_key(records: list, key: str) -> float:
@@ -203,14 +201,14 @@ def rule_line(info: Optional[dict]) -> str:
 # ours times gives the 2.5% and 97.5% percentiles. An interval holding 1 is "not resolved".
 #
 # Projection (labelled as such everywhere): a run's cost = c_train x (trained tokens +
-# ratio x generated tokens), ratio fixed so that uniform's generation costs 2x its training per
-# step (the paper's Fig. 2, right, where inference dominates on GPUs), c_train = uniform's
-# measured training seconds per trained token. It prices the tokens each run really spent; it
+# ratio x generated tokens), ratio fixed so that stock OpenRLHF's generation costs 2x its training
+# per step (the paper's Fig. 2, right, where inference dominates on GPUs), c_train = its measured
+# training seconds per trained token (evidence.cost_model: `off`'s runs, else uniform's). It prices the tokens each run really spent; it
 # does not model batching, overlap or engine efficiency.
 
 B_REPS = 2000
 B_SEED = 20250611
-GEN_OVER_TRAIN = 2.0  # uniform's inference time / its training time per step (paper Fig. 2, right)
+GEN_OVER_TRAIN = 2.0  # stock OpenRLHF's inference time / its training time per step (paper Fig. 2, right)
 
 
 def interpolate_to_target(evals: list, target: float) -> tuple:
@@ -274,11 +272,11 @@ def resolution(interval: Optional[tuple]) -> str:
     return "not resolved"
 
 
-def cost_ratio(uniform_gen_tokens_per_step: float, uniform_train_tokens_per_step: float,
+def cost_ratio(gen_tokens_per_step: float, train_tokens_per_step: float,
                gen_over_train: float = GEN_OVER_TRAIN) -> float:
-    """Cost of a generated token / cost of a trained token such that uniform's generation per
-    step costs gen_over_train x its training per step."""
-    return gen_over_train * uniform_train_tokens_per_step / uniform_gen_tokens_per_step
+    """Cost of a generated token / cost of a trained token such that the anchor curriculum's
+    generation per step costs gen_over_train x its training per step."""
+    return gen_over_train * train_tokens_per_step / gen_tokens_per_step
 
 
 def projected_clock(steps: list, ratio: float, s_per_train_token: float) -> list:
@@ -286,7 +284,7 @@ def projected_clock(steps: list, ratio: float, s_per_train_token: float) -> list
     step's tokens: s_per_train_token x (trained + ratio x generated)."""
     out, total = [0.0], 0.0
     for st in steps:
-        total += s_per_train_token * (_num(st, "speed/tokens_trained") + ratio * _num(st, "speed/tokens_generated"))
+        total += s_per_train_token * (num(st, "speed/tokens_trained") + ratio * num(st, "speed/tokens_generated"))
         out.append(total)
     return out
 
@@ -301,7 +299,7 @@ def clock_at_step(clock: list, step: Optional[float]) -> Optional[float]:
     return clock[lo] + (step - lo) * (clock[lo + 1] - clock[lo])
 
 
-def _num(record: dict, key: str) -> float:
+def num(record: dict, key: str) -> float:
     v = record.get(key, 0.0)
     return 0.0 if v is None or is_nan(v) else float(v)
 
@@ -313,9 +311,9 @@ def useful_tokens(step: dict):
     trained tokens must not count as zero-variance: that read DAPO, which trains no such
     group, as 0.33 zero-variance)."""
     if step.get("speed/tokens_useful") is not None:
-        return _num(step, "speed/tokens_useful")
+        return num(step, "speed/tokens_useful")
     share = step.get("speed/useful_token_share")
-    return None if share is None or is_nan(share) else share * _num(step, "speed/tokens_generated")
+    return None if share is None or is_nan(share) else share * num(step, "speed/tokens_generated")
 
 
 def qualification_rate(steps: list) -> float:
@@ -323,8 +321,8 @@ def qualification_rate(steps: list) -> float:
     curriculum that tests no band: uniform logs NaN, `off` logs nothing)."""
     counted = [s for s in steps if s.get("speed/prompts_qualified") is not None
                and not is_nan(s["speed/prompts_qualified"])]
-    screened = sum(_num(s, "speed/prompts_screened") for s in counted)
-    return sum(_num(s, "speed/prompts_qualified") for s in counted) / screened if screened else float("nan")
+    screened = sum(num(s, "speed/prompts_screened") for s in counted)
+    return sum(num(s, "speed/prompts_qualified") for s in counted) / screened if screened else float("nan")
 
 
 def mechanism(steps: list) -> dict:
@@ -334,14 +332,14 @@ def mechanism(steps: list) -> dict:
     n = len(steps)
     if not n:
         return {}
-    per_step = {p: sum(_num(s, f"speed/tokens_{p}") for s in steps) / n
+    per_step = {p: sum(num(s, f"speed/tokens_{p}") for s in steps) / n
                 for p in ("screen", "continue", "full", "discarded", "trained")}
-    gen_s = sum(_num(s, "timing/generation") for s in steps)
-    gen_tokens = sum(_num(s, "speed/tokens_generated") for s in steps)
+    gen_s = sum(num(s, "timing/generation") for s in steps)
+    gen_tokens = sum(num(s, "speed/tokens_generated") for s in steps)
     # Token-weighted: the trained tokens of groups whose rewards are all equal (no gradient).
     # Steps that log neither the useful tokens nor a share (`off` before it did) are left out,
     # not counted as all-zero.
-    counted = [(useful, _num(s, "speed/tokens_trained")) for s in steps
+    counted = [(useful, num(s, "speed/tokens_trained")) for s in steps
                if (useful := useful_tokens(s)) is not None]
     useful = sum(u for u, _ in counted)
     trained = sum(t for _, t in counted)

@@ -12,7 +12,7 @@ import sys
 # the staleness bound (2 policy versions), and a third of its tokens were re-generated
 # (proving preset, seed 42: 215,052 of 633,580 discarded in 26 steps). It keeps the driver's
 # default window (2 x B), as deep as the bound.
-GEN_PROMPTS = {"proving": 64, "proving-v4": 64}
+GEN_PROMPTS = {"proving": 64, "proving-v4": 64, "proving-low": 64, "proving-high": 64, "proving-high-b4": 16}
 NO_GEN_BATCH = ("off", "uniform")
 
 CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--speed.strategy", "dapo"]}
@@ -21,6 +21,7 @@ CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--spee
 def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str, seed: int | None = None) -> list:
     """One `openrlhf-speed train` run of curriculum `name`; seed: --train.seed (default --seed)."""
     seed = args.seed if seed is None else seed
+    name, _, prior_key = name.partition("+")  # speed_seq+level: its prior per value of the rows' `level`
     strategy, n_init = parse_curriculum(name, s["n_init"])
     if strategy == "off":  # stock OpenRLHF refuses --train.max_steps: its prompts and one epoch set the steps
         train = _cycled(train, os.path.join(run_dir, "train_prompts.jsonl"), s["steps"] * s["batch"])
@@ -53,6 +54,8 @@ def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str,
 
     if strategy in STRATEGIES and STRATEGIES[strategy].uses_n_init:
         cmd += ["--speed.n_init", str(n_init)]
+    if prior_key:
+        cmd += ["--speed.prior_key", prior_key]
     if strategy not in NO_GEN_BATCH and GEN_PROMPTS.get(args.mode):
         cmd += ["--speed.max_inflight_prompts", str(GEN_PROMPTS[args.mode])]
     if proving.is_proving(args.model):
@@ -89,7 +92,8 @@ def run_schedule(train_args: list, device: str) -> str:
 
 
 def parse_curriculum(name: str, n_init: int) -> tuple[str, int]:
-    """(strategy, n_init) of a --curricula entry: 'speed' -> ('speed', preset's), 'speed@8' -> ('speed', 8)."""
+    """(strategy, n_init) of a --curricula entry: 'speed' -> ('speed', preset's), 'speed@8' -> ('speed', 8);
+    a '+KEY' tail (speed_seq+level: --speed.prior_key KEY) is train_command's."""
     strategy, sep, k = name.partition("@")
     if not sep:
         return name, n_init

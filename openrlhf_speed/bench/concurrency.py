@@ -13,7 +13,7 @@ throughput-against-concurrency curve:
   authors' published result files). It saturates near 200 running sequences (~3.9k tok/s).
 - CPU: the project's own engine on the proving model (`openrlhf-speed engine-curve`).
 
-The curve is normalised so that uniform's generation still costs GEN_OVER_TRAIN x its training
+The curve is normalised so that off's (else uniform's) generation still costs GEN_OVER_TRAIN x its training
 per step, as in the linear bound; only the relative price of a step's tokens moves. Rule not to
 break: c is what the step actually had in flight (the driver's `driver/outstanding_mean`; for
 `off`, OpenRLHF's engines get the whole batch, B x N responses, at once), never a tuned figure.
@@ -80,18 +80,18 @@ def load_curve(path: str) -> dict:
 def projected_clocks(runs: dict, groups: dict, responses: int, batch: int, curve: dict = GPU_7B_H100,
                      scale: Optional[float] = None) -> tuple[dict, Optional[dict]]:
     """({run key: cumulative clock per step}, model) priced by throughput at concurrency; ({}, None)
-    without uniform runs to anchor the price. scale multiplies the proving run's concurrency to
+    without off or uniform runs to anchor the price. scale multiplies the proving run's concurrency to
     the recipe's (default: the paper's 256 prompts a step / the run's batch)."""
     from openrlhf_speed.bench import evidence as ev
 
-    base = ev._cost_model(runs, groups, responses)
+    base = ev.cost_model(runs, groups, responses)
     if not base:
         return {}, None
     scale = scale if scale is not None else PAPER_PROMPTS_PER_STEP / max(batch, 1)
-    filled = {k: ev._with_tokens(r["steps"], responses) for k, r in runs.items()}
-    # Anchor: uniform's mean per-token generation price equals the linear model's.
-    uni = [st for k, steps in filled.items() if groups.get(k, k) == "uniform" for st in steps]
-    weights = [(agg._num(st, "speed/tokens_generated"), step_concurrency(st, responses)) for st in uni]
+    filled = {k: ev.with_tokens(r["steps"], responses) for k, r in runs.items()}
+    # Anchor (off's, else uniform's): its mean per-token generation price equals the linear model's.
+    uni = [st for k, steps in filled.items() if groups.get(k, k) == base["anchor"] for st in steps]
+    weights = [(agg.num(st, "speed/tokens_generated"), step_concurrency(st, responses)) for st in uni]
     tokens = sum(t for t, c in weights if c)
     if not tokens:
         return {}, None
@@ -102,9 +102,9 @@ def projected_clocks(runs: dict, groups: dict, responses: int, batch: int, curve
         out, total = [0.0], 0.0
         for st in steps:
             c = step_concurrency(st, responses)
-            gen = agg._num(st, "speed/tokens_generated")
+            gen = agg.num(st, "speed/tokens_generated")
             price = k / throughput(curve["points"], c * scale) if c else base["ratio"] * base["s_per_train_token"]
-            total += base["s_per_train_token"] * agg._num(st, "speed/tokens_trained") + price * gen
+            total += base["s_per_train_token"] * agg.num(st, "speed/tokens_trained") + price * gen
             out.append(total)
         clocks[key] = out
     return clocks, {"source": curve["source"], "scale": scale, **base}

@@ -7,10 +7,9 @@ run) over each of `off`, `uniform`, `dapo`, from the interpolated training clock
 projected. A curriculum with a run that did not reach the target has no ratio.
 
 Projection, labelled as such: the tokens each run generated and trained on, priced so that
-uniform's generation costs 2x its training per step (the paper's Fig. 2, right: inference
-dominates a GPU step), in seconds of uniform's measured training per trained token. `off`
-(OpenRLHF's own generation) logs no driver token counts: its tokens are its mean response
-length x the responses of a step, all generated and all trained.
+stock OpenRLHF's (`off`'s, else uniform's) generation costs 2x its training per step (the
+paper's Fig. 2, right: inference dominates a GPU step), in seconds of its measured training
+per trained token (cost_model).
 """
 
 from __future__ import annotations
@@ -19,16 +18,19 @@ import statistics
 from typing import Optional
 
 from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.curriculum import payoff
 
-OURS = ("speed", "greso", "speed_bayes")
+OURS = ("speed", "greso", "speed_bayes", "speed_seq")
 BASELINES = agg.BASELINES  # one list for the speedups line, the claims and the intervals
+ANCHORS = ("off", "uniform")
 # Host speed indices of the runs farther apart than this make their clocks hard to compare.
 HOST_SPREAD_WARN = 1.10
 
 
 def is_ours(curriculum: str) -> bool:
-    """A curriculum whose speedup is reported: one of OURS, or one with another N_init (speed@8)."""
-    return curriculum.split("@")[0] in OURS
+    """A curriculum whose speedup is reported: one of OURS, or one with another N_init (speed@8) or
+    a prior key (speed_seq+level)."""
+    return curriculum.split("@")[0].split("+")[0] in OURS
 
 
 def host_speed(evals: list) -> Optional[float]:
@@ -43,9 +45,10 @@ def host_speed(evals: list) -> Optional[float]:
     return statistics.median(rates) if rates else None
 
 
-def _with_tokens(steps: list, responses: int) -> list:
+def with_tokens(steps: list, responses: int) -> list:
     """Step records with speed/tokens_generated, _full and _trained, filled in for `off` runs
-    from OpenRLHF's mean response length x the step's responses (every one is a full group)."""
+    that predate its token counts, from OpenRLHF's mean response length x the step's responses
+    (every one is a full group)."""
     out = []
     for st in steps:
         if "speed/tokens_generated" not in st and "rollout/response_length_mean" in st and responses:
@@ -55,24 +58,35 @@ def _with_tokens(steps: list, responses: int) -> list:
     return out
 
 
-def _cost_model(runs: dict, groups: dict, responses: int) -> Optional[dict]:
-    """{'ratio', 's_per_train_token'} from the uniform runs, None without any."""
-    steps = [st for k, r in runs.items() if groups.get(k, k) == "uniform" for st in _with_tokens(r["steps"], responses)]
-    gen = sum(agg._num(s, "speed/tokens_generated") for s in steps)
-    trained = sum(agg._num(s, "speed/tokens_trained") for s in steps)
-    train_s = sum(agg._num(s, "timing/ppo_train") for s in steps)
+def anchor(groups: dict) -> Optional[str]:
+    """The curriculum whose step the projection prices at GEN_OVER_TRAIN: stock OpenRLHF's
+    (`off`) where it ran, as the paper's 2:1 and `advise` describe it, else uniform."""
+    present = set(groups.values())
+    return next((c for c in ANCHORS if c in present), None)
+
+
+def cost_model(runs: dict, groups: dict, responses: int) -> Optional[dict]:
+    """{'anchor', 'ratio', 's_per_train_token', 'gen_over_train', 'measured_ratio'} from the
+    anchor's runs (payoff.step_totals: training = experience + update + weight sync), None
+    without any. 'measured_ratio' is this machine's, as `advise --from_run` reads it."""
+    name = anchor(groups)
+    steps = [st for k, r in runs.items() if groups.get(k, k) == name for st in with_tokens(r["steps"], responses)]
+    t = payoff.step_totals(steps)
+    gen, trained, train_s = t["tokens_generated"], t["tokens_trained"], t["training_s"]
     if not steps or not gen or not trained or not train_s:
         return None
-    return {"ratio": agg.cost_ratio(gen / len(steps), trained / len(steps)), "s_per_train_token": train_s / trained,
-            "gen_over_train": agg.GEN_OVER_TRAIN}
+    measured = payoff.cost_ratio_from_steps(steps)["ratio"] if t["generation_s"] > 0 else None
+    return {"anchor": name, "ratio": agg.cost_ratio(gen / len(steps), trained / len(steps)),
+            "s_per_train_token": train_s / trained, "gen_over_train": agg.GEN_OVER_TRAIN,
+            "measured_ratio": measured}
 
 
 def per_run(runs: dict, groups: dict, target: Optional[float], responses: int) -> tuple[dict, Optional[dict]]:
     """({run key: interpolated and grid time/step to target, projected clocks, mechanism}, cost model)."""
-    model = _cost_model(runs, groups, responses)
+    model = cost_model(runs, groups, responses)
     rows = {}
     for key, run in runs.items():
-        steps = _with_tokens(run["steps"], responses)
+        steps = with_tokens(run["steps"], responses)
         t, step = agg.interpolate_to_target(run["evals"], target) if target is not None else (None, None)
         row = {"curriculum": groups.get(key, key), "time_to_target_interp_s": t, "steps_to_target_interp": step,
                "host_eval_tok_s": host_speed(run["evals"]), **agg.mechanism(steps)}

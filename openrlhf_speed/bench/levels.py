@@ -98,14 +98,14 @@ def _ratio(base: list, ours: list) -> dict:
 def clock_sets(runs: dict, groups: dict, responses: int, batch: int, cpu_curve: Optional[dict] = None) -> dict:
     """The GPU projections' clocks, {name: {run key: cumulative clock per step}}: per token (the
     pessimistic bound, evidence's cost model) and by the engine's throughput at each step's
-    concurrency (concurrency.py); each is {} without uniform runs to anchor its price. With a
+    concurrency (concurrency.py); each is {} without off or uniform runs to anchor its price. With a
     measured CPU engine curve, a third set prices the same steps on this machine's engine at the
     runs' own concurrency (scale 1): the model checked against the measured clock."""
     from openrlhf_speed.bench import concurrency
     from openrlhf_speed.bench import evidence as ev
 
-    model = ev._cost_model(runs, groups, responses)
-    linear = ({k: agg.projected_clock(ev._with_tokens(r["steps"], responses), model["ratio"],
+    model = ev.cost_model(runs, groups, responses)
+    linear = ({k: agg.projected_clock(ev.with_tokens(r["steps"], responses), model["ratio"],
                                       model["s_per_train_token"]) for k, r in runs.items()} if model else {})
     sets = {"projected_linear": linear,
             "projected_concurrency": concurrency.projected_clocks(runs, groups, responses, batch)[0]}

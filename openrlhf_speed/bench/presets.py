@@ -42,6 +42,17 @@ PRESETS = {
     # target uniform_gain:0.75; the target fell at step 14-16, 10 of them the warm-up.
     "proving-v4": dict(batch=16, n=24, n_init=4, max_new_tokens=64, steps=30, eval_every=2, eval_prompts=1200,
                        eval_k=1, n_train=0, lr=1e-4, warmup=10),
+    # The regime map's cells (docs/benchmarks.md, "The regime map"): v5's start model, sizes and
+    # evaluation, on a data mix that moves `off`'s zero-variance share at N = 24 (proving/mixes.py:
+    # 0.24 low, 0.66 high by `advise`; v5's split 0.43), and B = 4 beside B = 16 with the paper's
+    # ratios kept (SPEED's generation batch 4 x B, commands.GEN_PROMPTS; warm-up 10% of the horizon).
+    # lr and horizon are calibrated on `off` runs alone, as v5's were.
+    "proving-low": dict(batch=16, n=24, n_init=4, max_new_tokens=64, steps=100, eval_every=5, eval_prompts=1200,
+                        eval_k=1, n_train=0, lr=2e-5, warmup=10),
+    "proving-high": dict(batch=16, n=24, n_init=4, max_new_tokens=64, steps=100, eval_every=5, eval_prompts=1200,
+                         eval_k=1, n_train=0, lr=2e-5, warmup=10),
+    "proving-high-b4": dict(batch=4, n=24, n_init=4, max_new_tokens=64, steps=200, eval_every=10, eval_prompts=1200,
+                            eval_k=1, n_train=0, lr=2e-5, warmup=20),
     # CI for the proving-ground path: its small variant, one seed, two steps.
     "proving-ci": dict(batch=4, n=4, n_init=2, max_new_tokens=32, steps=2, eval_every=1, eval_prompts=32, eval_k=1,
                        n_train=0, lr=1e-4),
@@ -62,5 +73,9 @@ MODE_DEFAULTS = {
                        skip_engine=True, curricula="off,uniform,dapo,speed,speed@8,greso,speed_bayes"),
     "proving-ci": dict(model="proving-ci", runs=1),
 }
+# The regime map's cells: v5's model and target rule, `off`, DAPO and SPEED, on their data mix.
+for _mode, _mix in (("proving-low", "low"), ("proving-high", "high"), ("proving-high-b4", "high")):
+    MODE_DEFAULTS[_mode] = dict(model="proving", runs=3, target_rule="off_final", driver_steps=0, skip_engine=True,
+                                curricula="off,dapo,speed", mix=_mix)
 DEFAULTS = dict(model="default", runs=1, target_rule=None, driver_steps=0, skip_engine=False,
                 curricula="uniform,dapo,speed")

@@ -43,6 +43,7 @@ from openrlhf_speed.bench import claims as cl
 from openrlhf_speed.bench import driver as drv
 from openrlhf_speed.bench import evidence as ev
 from openrlhf_speed.bench import levels as lv
+from openrlhf_speed.bench import regime as rg
 
 
 # (label, metrics key): generation is the driver's wait for the engines; the rest of the
@@ -146,7 +147,7 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
     # `off` logs no driver token counts: fill them in so its table row and projection count
     # what it generated (B x N responses a step).
     responses = int((settings or {}).get("batch", 0) or 0) * int((settings or {}).get("n", 0) or 0)
-    runs = {key: {**run, "steps": ev._with_tokens(run["steps"], responses)} for key, run in runs.items()}
+    runs = {key: {**run, "steps": ev.with_tokens(run["steps"], responses)} for key, run in runs.items()}
     auto = auto_target(runs) if target is None and rule is None else None
     rule_info = None
     if rule is not None:
@@ -183,8 +184,12 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
     report["evidence"] = ev.build(runs, groups, chosen, settings)
     ours = [c for c in dict.fromkeys(groups.values()) if ev.is_ours(c)]
     batch = int((settings or {}).get("batch", 0) or 0)
-    report["levels"] = lv.table(runs, groups, lv.clock_sets(runs, groups, responses, batch, engine_curve), ours)
+    clocks = lv.clock_sets(runs, groups, responses, batch, engine_curve)
+    report["levels"] = lv.table(runs, groups, clocks, ours)
     report["headline"] = lv.headline(report["levels"])
+    report["headlines"] = {c: lv.headline(report["levels"], c) for c in ours}
+    report["regime"] = rg.cell(runs, groups, (report["headline"] or {}).get("target"), settings or {},
+                               report["evidence"]["cost_model"], clocks["projected_linear"])
     return report
 
 
@@ -298,6 +303,7 @@ def table_markdown(report: dict) -> str:
     if report.get("evidence"):
         lines += ev.markdown(report["evidence"])
     lines += lv.markdown(report.get("levels"))
+    lines += rg.markdown(report.get("regime"), report.get("headlines") or {"speed": report.get("headline")})
     if report.get("engine"):
         e = report["engine"]
         lines += ["", f"engine limit on the same requests: {e['tokens_per_s']:.0f} tokens/s "

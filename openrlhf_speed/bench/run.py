@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"only the driver measurement (--driver_steps, default {DRIVER_STEPS} here): no curricula, no "
                    "engine run, no report; driver.json and its line")
     p.add_argument("--report_only", action="store_true", help="rebuild the report from an existing --out folder")
+    p.add_argument("--max_runs", type=int, default=None,
+                   help="train at most K runs not finished yet, then stop and write the report of the finished ones; "
+                   "--resume goes on (a benchmark in sittings, each run with the machine to itself)")
     p.add_argument("--resume", action="store_true",
                    help="go on with an interrupted benchmark in --out: runs that finished are kept, the others run "
                    "again from their start; the settings, seeds and target must be those of its bench.json. "
@@ -225,6 +228,11 @@ def _data(args, s: dict, out: str) -> tuple[str, str]:
     if train is None or test is None:
         if proving.is_proving(args.model):
             d_train, d_test = proving.data_paths(args.model)  # builds the model on first use
+            mix = MODE_DEFAULTS.get(args.mode, {}).get("mix")
+            if mix and args.model == "proving":  # a regime-map cell: v5's model on its data mix
+                from openrlhf_speed.proving.mixes import mix_path
+
+                d_train = mix_path(mix)
         else:
             from openrlhf_speed.data.embedded import ensure_embedded_dataset
 
@@ -313,16 +321,22 @@ def _sigterm_as_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _train_all(args, s: dict, plan: list, train: str, test: str, out: str) -> None:
+def _train_all(args, s: dict, plan: list, train: str, test: str, out: str) -> bool:
     """Every run of the plan, one after the other; the first failure stops the benchmark.
     A run that exits 0 leaves done.json, which --resume keeps; any other run folder is
-    started over, since a run cut short has no clean place to go on from."""
+    started over, since a run cut short has no clean place to go on from. Returns whether
+    every run is finished (False: --max_runs stopped it)."""
+    started = 0
     for i, r in enumerate(plan):
         run_dir = os.path.join(out, r["key"])
         done_path = os.path.join(run_dir, "done.json")
         if args.resume and os.path.isfile(done_path):
             print(f"[bench] ({i + 1}/{len(plan)}) {r['key']}: finished earlier, kept", flush=True)
             continue
+        if args.max_runs is not None and started >= args.max_runs:
+            print(f"[bench] --max_runs {args.max_runs}: stopped before {r['key']}; go on with --resume", flush=True)
+            return False
+        started += 1
         if os.path.exists(run_dir):
             shutil.rmtree(run_dir)  # checkpoints and logs of an unfinished attempt mislead the report
         os.makedirs(run_dir)
@@ -339,6 +353,23 @@ def _train_all(args, s: dict, plan: list, train: str, test: str, out: str) -> No
         with open(done_path, "w") as f:
             json.dump({"wall_s": round(time.time() - t0, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
         print(f"{head}: done in {time.time() - t0:.0f}s", flush=True)
+    return True
+
+
+def _measure_engine_and_driver(args, s: dict, train: str, test: str, out: str, engine_path: str,
+                               driver_path: str) -> None:
+    # A resumed benchmark keeps the engine and driver measurements it has: they measure
+    # the engine on this settings and machine kind, which --resume has checked are the same.
+    if args.resume and os.path.isfile(engine_path) and (args.skip_engine or json.load(open(engine_path))):
+        print("[bench] engine throughput: measured earlier, kept", flush=True)
+    else:
+        engine = None if args.skip_engine else _engine_throughput(args, s, train, out)
+        with open(engine_path, "w") as f:
+            json.dump(engine, f)
+    if args.driver_steps and args.resume and os.path.isfile(driver_path):
+        print("[bench] SPEED driver against raw vLLM: measured earlier, kept", flush=True)
+    elif args.driver_steps:
+        _driver(args, s, train, test, out)
 
 
 def _report_target(args, meta: dict) -> tuple:
@@ -359,6 +390,8 @@ def main(argv=None) -> int:
     if args.publish_docs and not args.publish:
         raise SystemExit(f"openrlhf-speed bench: error: --publish_docs {args.publish_docs} only says where --publish "
                          "puts the report's documents; pass --publish DIR too (e.g. benchmarks/proving-v4/avx2)")
+    if args.max_runs is not None and args.max_runs < 1:
+        raise SystemExit(f"openrlhf-speed bench: error: --max_runs {args.max_runs}: need at least 1 run per sitting")
     if args.resume and (args.report_only or args.driver_only or not args.out):
         raise SystemExit("openrlhf-speed bench: error: --resume goes on with the runs of an earlier benchmark: give "
                          "its --out folder, without --report_only or --driver_only")
@@ -394,19 +427,11 @@ def main(argv=None) -> int:
         print(f"[bench] {len(curricula)} curricula x {args.runs} run(s) x {s['steps']} steps (B={s['batch']} "
               f"N={s['n']}, eval every {s['eval_every']} on {s['eval_prompts']} prompts x {s['eval_k']}, target "
               f"{target}, schedule {s['schedule']}) -> {out}", flush=True)
-        _train_all(args, s, plan, train, test, out)
+        complete = _train_all(args, s, plan, train, test, out)
         # A resumed benchmark keeps the engine and driver measurements it has: they measure
         # the engine on this settings and machine kind, which --resume has checked are the same.
-        if args.resume and os.path.isfile(engine_path) and (args.skip_engine or json.load(open(engine_path))):
-            print("[bench] engine throughput: measured earlier, kept", flush=True)
-        else:
-            engine = None if args.skip_engine else _engine_throughput(args, s, train, out)
-            with open(engine_path, "w") as f:
-                json.dump(engine, f)
-        if args.driver_steps and args.resume and os.path.isfile(driver_path):
-            print("[bench] SPEED driver against raw vLLM: measured earlier, kept", flush=True)
-        elif args.driver_steps:
-            _driver(args, s, train, test, out)
+        if complete:  # the engine and driver measurements come after the last run
+            _measure_engine_and_driver(args, s, train, test, out, engine_path, driver_path)
     with open(meta_path) as f:
         meta = json.load(f)
     runs, groups, seeds = {}, {}, {}

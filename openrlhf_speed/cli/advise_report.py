@@ -102,15 +102,17 @@ def _comparison(r: dict) -> list:
                   f"{src['training_s_per_step']:.1f} s a step, priced {src['priced']}")
         if src.get("driver_run"):
             where += "; a SPEED-driver run, whose generation overlaps training: an `off` run measures it best"
-    sv, sp = c["step_saving"], c["speedup"]
+    sv, sp, a = c["step_saving"], c["speedup"], c["alpha"]
     return ["", f"SPEED against {name}, inference : training = {c['cost_ratio']:.2f} : 1 ({where}):",
             f"  step cost                 {c['step_cost']:.2f}x {name}'s ({c['generated_tokens_ratio']:.2f}x the "
             f"generated tokens, {c['trained_tokens_ratio']:.2f}x the trained)",
             f"  break-even                {c['break_even']:.2f}x of its steps (SPEED must take fewer to be faster)",
             f"  informative groups        {c['informative_ratio']:.2f}x a step",
-            f"  step saving               {sv['low']:.0%} (Adam: square root of that ratio) to {sv['high']:.0%} "
-            f"(SGD: linear)",
-            f"  speedup                   {sp['low']:.2f}x to {sp['high']:.2f}x"]
+            f"  step saving               {sv['low']:.0%} to {sv['high']:.0%} ({sv['point']:.0%} at alpha "
+            f"{a['point']:.2f}; steps = its x ratio^-alpha, alpha {a['low']:.2f}-{a['high']:.2f} fitted on the "
+            f"regime map)",
+            f"  speedup                   {sp['low']:.2f}x to {sp['high']:.2f}x ({sp['point']:.2f}x at alpha "
+            f"{a['point']:.2f})"]
 
 
 def render_report(r: dict) -> str:

@@ -5,6 +5,7 @@
     openrlhf-speed proving-ground build --variant ci    # CI's smaller one (about a minute on 2 cores)
     openrlhf-speed proving-ground difficulty --samples 50 --prompts 400
     openrlhf-speed proving-ground calibrate --runs runs/bench_proving_v5 --frontier 0=shipped 50=A/difficulty.json
+    openrlhf-speed proving-ground mix --name high       # rebuild a regime-map mix, compare with the shipped one
 
 The package ships one build of each variant, pinned by sha256 (proving/shipped/MANIFEST.sha256);
 the model names `proving` and `proving-ci` resolve to it wherever a model is taken (train,
@@ -54,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "start model's shipped table")
     c.add_argument("--variant", choices=sorted(VARIANTS), default="full", help="whose shipped table `shipped` means")
     c.add_argument("--out", default=None, help="folder for calibration.json and calibration.md")
+    m = sub.add_parser("mix", help="rebuild a regime-map data mix from the shipped v5 split (proving/mixes.py) and "
+                       "compare it with the shipped one")
+    from openrlhf_speed.proving.mixes import MIXES
+
+    m.add_argument("--name", choices=sorted(MIXES), required=True)
+    m.add_argument("--out", default=None, help="folder for the rebuilt train.jsonl and recipe.json (default: none)")
+    m.add_argument("--ship", action="store_true",
+                   help="store the rebuild's recipe and sha256 as the shipped mix and re-pin the manifest (maintainers)")
     sh = sub.add_parser("ship", help="copy a build folder into the package as the shipped variant (maintainers)")
     sh.add_argument("--variant", choices=sorted(VARIANTS), default="full")
     sh.add_argument("--source", required=True, help="a folder written by `proving-ground build`")
@@ -68,7 +77,7 @@ def main(argv=None) -> int:
 
     try:
         return {"build": _build, "show": _show, "difficulty": _difficulty, "calibrate": _calibrate,
-                "ship": _ship}[args.action](args)
+                "mix": _mix, "ship": _ship}[args.action](args)
     except ShippedModelError as e:
         print(f"openrlhf-speed proving-ground: error: {e}", file=sys.stderr)
         return 2
@@ -161,6 +170,38 @@ def _calibrate(args) -> int:
         (out / "calibration.json").write_text(json.dumps(result, indent=1) + "\n")
         (out / "calibration.md").write_text(text + "\n")
         print(f"stored in {out / 'calibration.json'} and {out / 'calibration.md'}")
+    return 0
+
+
+def _mix(args) -> int:
+    import tempfile
+
+    from openrlhf_speed.proving import mixes, shipped
+
+    rows, recipe = mixes.build(args.name, shipped.data_paths("full")[0])
+    with tempfile.TemporaryDirectory() as tmp:
+        rebuilt = shipped.sha256_file(mixes.write(rows, recipe, Path(tmp)))
+    pinned = None
+    if (mixes.mix_folder(args.name) / "recipe.json").is_file():
+        pinned = json.loads((mixes.mix_folder(args.name) / "recipe.json").read_text()).get("train_sha256")
+    print(f"mix {args.name}: {recipe['rows']} of {recipe['source_rows']} v5 RL prompts; per level "
+          + ", ".join(f"{k} {v}" for k, v in recipe["rows_per_level"].items()))
+    print(f"rebuilt sha256 {rebuilt}\npinned sha256  {pinned or '(none shipped)'}: "
+          + ("same" if rebuilt == pinned else "DIFFERENT"))
+    if args.out:
+        print(f"stored in {mixes.write(rows, recipe, Path(args.out))}")
+    if args.ship:  # the recipe and the rows' sha256 go into the package; the rows are built on use
+        from openrlhf_speed.proving.ship import write_manifest
+
+        folder = mixes.mix_folder(args.name)
+        with tempfile.TemporaryDirectory() as tmp:
+            mixes.write(rows, recipe, Path(tmp))
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "recipe.json").write_text((Path(tmp) / "recipe.json").read_text())
+        write_manifest()
+        print(f"shipped {folder / 'recipe.json'}; re-pinned {shipped.MANIFEST}; measure its step-0 difficulty with "
+              f"`openrlhf-speed advise --model proving --data {mixes.mix_path(args.name)} --vllm.dtype float32 --json` "
+              "(docs/benchmarks.md)")
     return 0
 
 

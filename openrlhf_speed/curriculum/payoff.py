@@ -1,6 +1,6 @@
 """Whether SPEED pays, predicted from a screening: the mechanism per training step of each
-curriculum, the break-even against a baseline, a range for SPEED's step saving and speedup,
-and a one-line verdict (`openrlhf-speed advise`; docs/advise.md).
+curriculum, the break-even against a baseline, SPEED's step saving and speedup over alpha's
+calibrated interval (ALPHA), and a one-line verdict (`openrlhf-speed advise`; docs/advise.md).
 
 Inputs: each screened prompt's pass-rate posterior (posterior.py) and its mean response length
 in tokens, measured on the same screening. Per step of B groups of N, in steady state:
@@ -37,14 +37,19 @@ ASSUMPTIONS = (
     "a response costs its tokens: generating one costs r times what training on it costs, r "
     "measured on stock OpenRLHF's step (generation r : 1 training); batching, overlap and "
     "engine efficiency are not modelled",
-    "steps to a target scale with the informative groups a step trains: at best linearly "
-    "(SGD: the gradient grows with them), at worst with the square root of their ratio "
-    "(Adam normalises the update; only its noise falls)",
+    "steps to a target fall as the informative-group ratio rho to the power alpha, with alpha "
+    "fitted on the regime map's published cells (ALPHA, with its 95% interval; 1 would be linear, "
+    "as below the critical batch size, 0 no saving at all, as far above it)",
     "response lengths and pass rates are those of the screening, sampled with the training "
     "settings (temperature, top_p, max_new_tokens, chat template)",
 )
 
 CURRICULA = ("uniform", "dapo", "speed")
+# alpha in (SPEED's steps / the baseline's) = rho^-alpha, fitted by `openrlhf-speed regime-map` on
+# the published cells (benchmarks/regime/regime.json; tests/bench/test_regime_map.py holds the two
+# equal). Not [0.5, 1]: on the proving ground steps fall far less than the informative groups grow
+# (docs/benchmarks.md, "The regime map").
+ALPHA = {"point": 0.30, "low": 0.20, "high": 0.40, "cells": ("v4", "v4-avx2", "v5")}
 BASELINE_NAMES = {"off": "stock OpenRLHF", "uniform": "uniform RLOO", "dapo": "DAPO"}
 
 
@@ -129,22 +134,23 @@ def step_cost(figures: dict, cost_ratio: float) -> float:
     return t["trained"] + cost_ratio * t["generated"]
 
 
-def compare(pred: dict, s: Settings) -> dict:
-    """SPEED against the baseline: its step cost, the break-even step share, and the range of
-    its step saving and speedup (low end: square root of the informative-group ratio; high
-    end: linear)."""
+def compare(pred: dict, s: Settings, alpha: dict = ALPHA) -> dict:
+    """SPEED against the baseline: its step cost, the break-even step share, and its step
+    saving and speedup at alpha's point and interval ends (SPEED's steps = the baseline's x
+    rho^-alpha, rho the informative-group ratio)."""
     base = pred["uniform" if s.baseline == "off" else s.baseline]
     speed = pred["speed"]
     cost = step_cost(speed, s.cost_ratio) / step_cost(base, s.cost_ratio)
     ratio = speed["informative_groups"] / base["informative_groups"] if base["informative_groups"] else math.inf
-    share = {"adam": 1.0 / math.sqrt(ratio), "sgd": 1.0 / ratio}  # SPEED's steps / the baseline's
+    ends = ("low", "point", "high")
+    share = {k: ratio ** -alpha[k] for k in ends}  # SPEED's steps / the baseline's
     return {
         "baseline": s.baseline, "cost_ratio": s.cost_ratio, "step_cost": cost, "break_even": 1.0 / cost,
         "generated_tokens_ratio": speed["tokens"]["generated"] / base["tokens"]["generated"],
         "trained_tokens_ratio": speed["tokens"]["trained"] / base["tokens"]["trained"],
-        "informative_ratio": ratio, "step_share": share,
-        "step_saving": {"low": 1.0 - share["adam"], "high": 1.0 - share["sgd"]},
-        "speedup": {"low": 1.0 / (share["adam"] * cost), "high": 1.0 / (share["sgd"] * cost)},
+        "informative_ratio": ratio, "alpha": {k: alpha[k] for k in ends}, "step_share": share,
+        "step_saving": {k: 1.0 - share[k] for k in ends},
+        "speedup": {k: 1.0 / (share[k] * cost) for k in ends},
     }
 
 
@@ -155,7 +161,9 @@ def _range(low: float, high: float, fmt: str = ".2f", suffix: str = "x") -> str:
 
 
 def verdict(pred: dict, cmp: dict, s: Settings) -> dict:
-    """{"pays": "likely" | "unlikely" | "uncertain", "line": one line with the reason}."""
+    """{"pays": "likely" | "unlikely" | "even", "line": one line with the reason}: likely when
+    the whole speedup range (alpha's interval) is at or above 1, unlikely when below, even
+    when it straddles 1."""
     name = BASELINE_NAMES[s.baseline]
     lo, hi, be = cmp["speedup"]["low"], cmp["speedup"]["high"], cmp["break_even"]
     base = pred["uniform" if s.baseline == "off" else s.baseline]
@@ -165,42 +173,51 @@ def verdict(pred: dict, cmp: dict, s: Settings) -> dict:
              f"generated tokens, {speed['tokens']['discarded_share']:.0%} of them discarded screenings, at "
              f"{s.cost_ratio:.3g}:1 inference to training)")
     zero = base["zero_variance_share"]
+    sv, a = cmp["step_saving"], cmp["alpha"]
     if s.baseline == "dapo":
         why = (f"both train only informative groups; SPEED screens with N_init {s.n_init} where DAPO generates "
                f"all {s.n}: {costs}")
     elif lo >= 1.0:
         why = (f"{zero:.0%} of {name}'s groups carry no gradient at N {s.n} and {speed['qualification_rate']:.0%} "
                f"of screened prompts qualify; {costs}")
-    elif hi < 1.0:
-        why = (f"even a linear saving, {cmp['step_saving']['high']:.0%} of the steps (the {zero:.0%} of "
-               f"{name}'s groups with no gradient at N {s.n}), stays short of the {1 - be:.0%} that pays "
-               f"for it: {costs}")
     else:
-        why = (f"it pays if SPEED saves more than {1 - be:.0%} of the steps; the model puts the saving at "
-               f"{cmp['step_saving']['low']:.0%} (Adam-like) to {cmp['step_saving']['high']:.0%} (SGD-like): {costs}")
+        why = (f"SPEED must save {1 - be:.0%} of the steps to pay; {zero:.0%} of {name}'s groups carry no gradient "
+               f"at N {s.n}, and at the calibrated alpha {a['low']:.2f}-{a['high']:.2f} (docs/advise.md) that saves "
+               f"{_range(sv['low'], sv['high'], '.0%', '')}: {costs}")
     if lo >= 1.0:
         return {"pays": "likely", "line": f"SPEED likely pays: {head}; {why}"}
     if hi < 1.0:
         return {"pays": "unlikely", "line": f"SPEED unlikely to pay here: {head}; {why}"}
-    return {"pays": "uncertain", "line": f"SPEED may pay: {head}; {why}"}
+    return {"pays": "even", "line": f"SPEED about even here: {head}; {why}"}
 
 
 TRAINING_TIMINGS = ("timing/make_experience", "timing/ppo_train", "timing/broadcast")
 
 
-def cost_ratio_from_steps(steps: list) -> dict:
-    """r from a run's step records (metrics.jsonl, event "step"): seconds per generated token
-    over seconds per trained token, so a run that generates more than it trains (SPEED,
-    DAPO) still prices stock OpenRLHF's step; seconds alone when no tokens were logged.
-    Training is everything but generation: experience making, the update, the weight sync."""
+def step_totals(steps: list) -> dict:
+    """Seconds and tokens over a run's step records (metrics.jsonl, event "step"): generation,
+    training and their tokens. Training is everything a step does but generate: experience
+    making (the forward passes over what is trained), the update and the weight sync. The one
+    definition behind both the bench's GPU projection (bench/evidence.cost_model) and
+    `advise --from_run`."""
     def total(key):
-        return sum(float(st.get(key) or 0.0) for st in steps if not _isnan(st.get(key)))
+        return sum(float(st.get(key) or 0.0) for st in steps if not is_nan(st.get(key)))
 
-    gen_s, train_s = total("timing/generation"), sum(total(k) for k in TRAINING_TIMINGS)
+    return {"steps": len(steps), "generation_s": total("timing/generation"),
+            "training_s": sum(total(k) for k in TRAINING_TIMINGS),
+            "tokens_generated": total("speed/tokens_generated"), "tokens_trained": total("speed/tokens_trained")}
+
+
+def cost_ratio_from_steps(steps: list) -> dict:
+    """r from a run's step records: seconds per generated token over seconds per trained token
+    (step_totals), so a run that generates more than it trains (SPEED, DAPO) still prices stock
+    OpenRLHF's step; seconds alone when no tokens were logged."""
+    t = step_totals(steps)
+    gen_s, train_s = t["generation_s"], t["training_s"]
     if not steps or gen_s <= 0 or train_s <= 0:
         raise ValueError(f"{len(steps)} step records with generation {gen_s:.1f} s and training {train_s:.1f} s: "
                          "need a training run's timings (not --train.generation_only)")
-    gen_tok, train_tok = total("speed/tokens_generated"), total("speed/tokens_trained")
+    gen_tok, train_tok = t["tokens_generated"], t["tokens_trained"]
     per_token = gen_tok > 0 and train_tok > 0
     ratio = (gen_s / gen_tok) / (train_s / train_tok) if per_token else gen_s / train_s
     return {"ratio": ratio, "steps": len(steps), "generation_s_per_step": gen_s / len(steps),
@@ -208,5 +225,6 @@ def cost_ratio_from_steps(steps: list) -> dict:
             "driver_run": any("speed/prompts_screened" in st for st in steps)}
 
 
-def _isnan(v) -> bool:
+def is_nan(v) -> bool:
+    """A float NaN (metrics log NaN for figures a step has none of); the bench's test too."""
     return isinstance(v, float) and math.isnan(v)

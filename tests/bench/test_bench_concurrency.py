@@ -44,7 +44,7 @@ def test_more_sequences_in_flight_make_tokens_cheaper_below_saturation():
             "speed": {"steps": _steps(4, 100.0, 100.0), "evals": []}}
     groups = {k: k for k in runs}
     clocks, model = cc.projected_clocks(runs, groups, responses=0, batch=1, curve=CURVE, scale=1.0)
-    base = ev._cost_model(runs, groups, 0)
+    base = ev.cost_model(runs, groups, 0)
     # uniform: priced exactly as the linear bound (the anchor)
     linear = agg.projected_clock(runs["uniform"]["steps"], base["ratio"], base["s_per_train_token"])
     assert clocks["uniform"] == pytest.approx(linear)

@@ -14,7 +14,7 @@ N = 4, N_init = 2, band (0, 1), B = 8 prompts a step, generation batch 16, r = 2
   discarded 56 * (0.4 * 10 + 16/35 * 30) / 2 = 496, trained 1120 - 496 = 624.
 - Against `off`: uniform costs 640 + 2 * 640 = 1920, SPEED (11840 + 2 * 25120) / 19, so its
   step costs 97/57 and the break-even is 57/97; the informative ratio is 8 / (32/7) = 7/4:
-  speedup sqrt(7/4) * 57/97 to 7/4 * 57/97.
+  at alpha 0.5 to 1 the speedup is sqrt(7/4) * 57/97 to 7/4 * 57/97.
 """
 
 import math
@@ -63,13 +63,21 @@ def test_dapo_hand_case():
 
 
 def test_break_even_and_range_against_stock_openrlhf():
-    c = payoff.compare(payoff.predict(POST, LENGTHS, SETTINGS), SETTINGS)
+    alpha = {"low": 0.5, "point": 0.75, "high": 1.0}
+    c = payoff.compare(payoff.predict(POST, LENGTHS, SETTINGS), SETTINGS, alpha)
     assert c["step_cost"] == pytest.approx(97 / 57) and c["break_even"] == pytest.approx(57 / 97)
     assert c["informative_ratio"] == pytest.approx(7 / 4)
     assert c["step_saving"]["low"] == pytest.approx(1 - math.sqrt(4 / 7))
     assert c["step_saving"]["high"] == pytest.approx(3 / 7)
+    assert c["step_saving"]["point"] == pytest.approx(1 - (4 / 7) ** 0.75)
     assert c["speedup"]["low"] == pytest.approx(math.sqrt(7 / 4) * 57 / 97)
     assert c["speedup"]["high"] == pytest.approx(7 / 4 * 57 / 97)
+
+
+def test_the_calibrated_alpha_is_the_default():
+    c = payoff.compare(payoff.predict(POST, LENGTHS, SETTINGS), SETTINGS)
+    assert c["alpha"] == {k: payoff.ALPHA[k] for k in ("low", "point", "high")}
+    assert c["speedup"]["low"] == pytest.approx((7 / 4) ** payoff.ALPHA["low"] * 57 / 97)
 
 
 def test_against_dapo_the_steps_are_the_same_and_the_tokens_decide():
@@ -77,7 +85,7 @@ def test_against_dapo_the_steps_are_the_same_and_the_tokens_decide():
     pred = payoff.predict(POST, LENGTHS, s)
     c = payoff.compare(pred, s)
     dapo_cost = 624 + 2 * 1120
-    assert c["informative_ratio"] == 1 and c["step_saving"] == {"low": 0.0, "high": 0.0}
+    assert c["informative_ratio"] == 1 and c["step_saving"] == {"low": 0.0, "point": 0.0, "high": 0.0}
     assert c["speedup"]["low"] == pytest.approx(dapo_cost / (62080 / 19)) == c["speedup"]["high"]
     v = payoff.verdict(pred, c, s)
     assert v["pays"] == "unlikely" and v["line"].startswith("SPEED unlikely to pay here: 0.88x over DAPO")
@@ -90,12 +98,12 @@ def test_the_cost_ratio_moves_the_break_even():
     assert c["step_cost"] == pytest.approx(37 / 38)
 
 
-def _verdict_for(alpha, beta, **kw):
+def _verdict_for(alpha, beta, exponent=None, **kw):
     s = payoff.Settings(**{"n": 24, "n_init": 4, "low": 0.0, "high": 1.0, "batch": 16, "gen_batch": 64, **kw})
     post = Posteriors(np.asarray(alpha, float)[:, None], np.asarray(beta, float)[:, None], np.ones((len(alpha), 1)),
                       ((1.0, 1.0, 1.0),), "uniform", 16)
     pred = payoff.predict(post, [100.0] * len(alpha), s)
-    return payoff.verdict(pred, payoff.compare(pred, s), s)
+    return payoff.verdict(pred, payoff.compare(pred, s, exponent or {"low": 0.5, "point": 0.75, "high": 1.0}), s)
 
 
 def test_verdicts():
@@ -105,9 +113,11 @@ def test_verdicts():
     assert "over stock OpenRLHF (break-even: " in likely["line"] and "carry no gradient at N 24" in likely["line"]
     # Every prompt is mixed: nothing to save, and screening costs tokens.
     unlikely = _verdict_for([20.0, 20.0], [20.0, 20.0])
-    assert unlikely["pays"] == "unlikely" and "even a linear saving" in unlikely["line"]
-    middle = _verdict_for([0.5, 20.0], [400.0, 20.0], cost_ratio=200.0, n_init=12)
-    assert middle["pays"] == "uncertain" and middle["line"].startswith("SPEED may pay: ")
+    assert unlikely["pays"] == "unlikely" and "SPEED must save" in unlikely["line"]
+    # The same data at a small alpha: the saving no longer clears the step cost at one end.
+    even = _verdict_for([0.5, 20.0], [400.0, 20.0], exponent={"low": 0.1, "point": 0.3, "high": 0.6})
+    assert even["pays"] == "even" and even["line"].startswith("SPEED about even here: ")
+    assert "calibrated alpha 0.10-0.60" in even["line"]
 
 
 def test_settings_are_checked():

@@ -1,0 +1,221 @@
+"""`openrlhf-speed regime-map`: the published cells side by side, where screening pays, and
+alpha fitted on them for `advise`.
+
+Each cell is a published benchmark folder (results.json with its runs); its figures are
+rebuilt from the runs with the current report code (regime.py), so the map never copies a
+figure by hand. Writes regime.json (every row, the fit, the leave-one-cell-out check),
+regime.md and regime.png (speedup over `off` against `off`'s zero-variance share, one line
+per batch, the ceiling dashed).
+
+The fit: ln(step ratio) = alpha x ln(rho) through the origin, each cell weighted by the
+inverse variance of its ln(step ratio) (from its bootstrap interval), the interval widened
+by the cells' dispersion when they disagree more than their own intervals say (the Birge
+ratio). curriculum/payoff.ALPHA holds the published fit; tests/bench check it is this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+from typing import Optional
+
+from openrlhf_speed.bench import regime as rg
+
+ROOT = Path(__file__).resolve().parents[2]
+# (name, results folder, CPU kind): the cells of the map, each a published benchmark.
+CELLS = (
+    ("v4", "benchmarks/proving-v4/avx512", "avx512"),
+    ("v4-avx2", "benchmarks/proving-v4/avx2", "avx2"),
+    ("v5", "benchmarks/proving-v5/avx512", "avx512"),
+    ("high-b4", "benchmarks/regime/high-b4/avx2", "avx2"),
+    ("high", "benchmarks/regime/high/avx2", "avx2"),
+    ("low", "benchmarks/regime/low/avx2", "avx2"),
+)
+
+
+def load_cell(folder: str) -> Optional[dict]:
+    """(report) rebuilt from a published folder's results.json and bench.json; None when the
+    folder is not published yet."""
+    from openrlhf_speed.bench import report as rep
+
+    path = Path(folder)
+    if not (path / "results.json").is_file():
+        return None
+    d = json.loads((path / "results.json").read_text())
+    rule = json.loads((path / "bench.json").read_text()).get("target_rule")
+    groups = {k: v["curriculum"] for k, v in d["runs_summary"].items()}
+    return rep.build_report(d["runs"], None if rule else d["target_accuracy"], d["settings"], groups=groups,
+                            rule=rule)
+
+
+def row(name: str, kind: str, report: dict) -> Optional[dict]:
+    c = report.get("regime")
+    if not c:
+        return None
+    ratios = (report.get("headline") or {}).get("ratios", {})
+    pick = {k: {"measured": v.get("measured"), "projected": v.get("projected_linear")} for k, v in ratios.items()}
+    out = {"cell": name, "kind": kind, **c, "speed_over_off": pick.get("speed_over_off"),
+           "speed_over_dapo": pick.get("speed_over_dapo")}
+    out["share_of_ceiling"] = {k: rg.share_of_ceiling((out["speed_over_off"] or {}).get(k), c["ceiling"].get(k))
+                               for k in ("measured", "projected")}
+    return out
+
+
+def _ln_se(ci: dict) -> Optional[float]:
+    if not ci or "low" not in ci or ci["low"] <= 0:
+        return None
+    return max((math.log(ci["high"]) - math.log(ci["low"])) / 3.92, 1e-3)
+
+
+def fit_alpha(rows: list) -> Optional[dict]:
+    """{'point', 'low', 'high', 'cells', 'birge'} of alpha over the rows with a step ratio
+    and rho > 1 (see the module docstring); None with fewer than 2."""
+    pts = []
+    for r in rows:
+        sr, rho = r.get("step_ratio") or {}, r.get("rho") or {}
+        se = _ln_se(sr)
+        if "point" not in sr or "point" not in rho or se is None or rho["point"] <= 1.0:
+            continue
+        x, y = math.log(rho["point"]), math.log(sr["point"])
+        pts.append((r["cell"], x, y, se))
+    if len(pts) < 2:
+        return None
+    w = [1.0 / se ** 2 for *_, se in pts]
+    sxx = sum(wi * x * x for wi, (_, x, _, _) in zip(w, pts))
+    alpha = sum(wi * x * y for wi, (_, x, y, _) in zip(w, pts)) / sxx
+    chi2 = sum(wi * (y - alpha * x) ** 2 for wi, (_, x, y, _) in zip(w, pts))
+    birge = max(1.0, math.sqrt(chi2 / (len(pts) - 1)))
+    se = birge / math.sqrt(sxx)
+    return {"point": alpha, "low": alpha - 1.96 * se, "high": alpha + 1.96 * se, "cells": [p[0] for p in pts],
+            "birge": birge}
+
+
+def step_cost(r: dict) -> Optional[float]:
+    """SPEED's projected step cost over `off`'s (kappa), from the cell's projected speedup and
+    step ratio: speedup = step ratio / kappa."""
+    sp, sr = (r.get("speed_over_off") or {}).get("projected") or {}, r.get("step_ratio") or {}
+    if "point" not in sp or "point" not in sr:
+        return None
+    return sr["point"] / sp["point"]
+
+
+def leave_one_out(rows: list) -> list:
+    """For each cell: alpha fitted on the others, the speedup it predicts there (rho^alpha /
+    kappa, the cell's own rho and step cost), against the projected speedup measured."""
+    out = []
+    for r in rows:
+        others = fit_alpha([o for o in rows if o is not r])
+        kappa, sp = step_cost(r), ((r.get("speed_over_off") or {}).get("projected") or {})
+        rho = (r.get("rho") or {}).get("point")
+        if not others or kappa is None or not rho or "point" not in sp:
+            continue
+        pred = {k: rho ** others[k] / kappa for k in ("point", "low", "high")}
+        out.append({"cell": r["cell"], "alpha_others": others, "predicted": pred, "measured": sp["point"],
+                    "error": pred["point"] / sp["point"] - 1.0,
+                    "contains": pred["low"] <= sp["point"] <= pred["high"]})
+    return out
+
+
+def build(cells=CELLS, root: Path = ROOT) -> dict:
+    rows = []
+    for name, folder, kind in cells:
+        report = load_cell(str(root / folder))
+        r = row(name, kind, report) if report else None
+        if r:
+            rows.append({**r, "folder": folder})
+    return {"rows": rows, "alpha": fit_alpha(rows), "leave_one_out": leave_one_out(rows)}
+
+
+def _c(ci, spec=".2f", unit="x") -> str:
+    return rg._c(ci, spec, unit) if ci else "-"
+
+
+def markdown(m: dict) -> str:
+    lines = ["| cell | CPU | B | off's zero-variance share (first steps) | SPEED over off, measured / projected | "
+             "over DAPO, measured / projected | steps to target off / SPEED | step ratio | rho | alpha | "
+             "ceiling, projected | SPEED's share | SPEED, screenings free | accuracy at off's clock off / DAPO / SPEED |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in m["rows"]:
+        so, sd = r["speed_over_off"] or {}, r["speed_over_dapo"] or {}
+        steps = {k: [s for s in v if s is not None] for k, v in r["steps_to_target"].items()}
+        st = " / ".join(f"{sum(v) / len(v):.0f}" if v else "-" for v in (steps["off"], steps["speed"]))
+        acc = r["budget"]["accuracy"]
+        share = r["share_of_ceiling"]["projected"]
+        lines.append(f"| {r['cell']} | {r['kind']} | {r['batch']} | {r['off_zero_variance_early']:.2f} | "
+                     f"{_c(so.get('measured'))} / {_c(so.get('projected'))} | {_c(sd.get('measured'))} / "
+                     f"{_c(sd.get('projected'))} | {st} | {_c(r['step_ratio'])} | {_c(r['rho'])} | "
+                     f"{_c(r['alpha'], '.2f', '')} | {_c(r['ceiling'].get('projected'))} | "
+                     f"{'-' if share is None else format(share, '.0%')} | {_c(r['discards_free'].get('projected'))} | "
+                     f"{acc['off']:.3f} / {acc['dapo']:.3f} / {acc['speed']:.3f} |")
+    a = m.get("alpha")
+    if a:
+        lines += ["", f"alpha fitted on {', '.join(a['cells'])}: {a['point']:.2f} [{a['low']:.2f}-{a['high']:.2f}] "
+                  f"(95%, Birge ratio {a['birge']:.2f})"]
+    if m.get("leave_one_out"):
+        lines += ["", "| left out | alpha from the others | predicted speedup (projected) | measured | error | "
+                  "inside |", "|---|---|---|---|---|---|"]
+        for x in m["leave_one_out"]:
+            a, p = x["alpha_others"], x["predicted"]
+            lines.append(f"| {x['cell']} | {a['point']:.2f} [{a['low']:.2f}-{a['high']:.2f}] | {p['point']:.2f}x "
+                         f"[{p['low']:.2f}-{p['high']:.2f}] | {x['measured']:.2f}x | {x['error']:+.0%} | "
+                         f"{'yes' if x['contains'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def plot(m: dict, path: str) -> Optional[str]:
+    rows = [r for r in m["rows"] if (r["speed_over_off"] or {}).get("projected", {}).get("point")]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, b in enumerate(sorted({r["batch"] for r in rows})):
+        pts = sorted((r["off_zero_variance_early"], r) for r in rows if r["batch"] == b)
+        xs = [x for x, _ in pts]
+        for j, (key, label, style) in enumerate((("projected", "SPEED", "-o"), ("ceiling", "ceiling", "--s"))):
+            cis = [(r["speed_over_off"] or {}).get("projected") if key == "projected" else r["ceiling"].get("projected")
+                   for _, r in pts]
+            ok = [(x, c) for x, c in zip(xs, cis) if c and "point" in c]
+            if ok:
+                ax.errorbar([x for x, _ in ok], [c["point"] for _, c in ok],
+                            yerr=[[c["point"] - c["low"] for _, c in ok], [c["high"] - c["point"] for _, c in ok]],
+                            fmt=style, color=f"C{i}", capsize=3, label=f"{label}, B = {b}", alpha=1.0 if j == 0 else 0.6)
+        for x, r in pts:
+            ax.annotate(r["cell"], (x, (r["speed_over_off"] or {})["projected"]["point"]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=8)
+    ax.axhline(1.0, color="grey", linewidth=1)
+    ax.set_xlabel("off's zero-variance share of groups at N = 24 (its first steps)")
+    ax.set_ylabel("speedup over off to off's final accuracy\n(GPU projection, 95% interval)")
+    ax.set_title("Where screening pays: SPEED and the ceiling of any prompt selection")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="openrlhf-speed regime-map", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="docs/regime", help="folder for regime.md and regime.png")
+    p.add_argument("--publish", default="benchmarks/regime/regime.json", help="where regime.json goes")
+    args = p.parse_args(argv)
+    m = build()
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(os.path.dirname(args.publish) or ".", exist_ok=True)
+    with open(args.publish, "w") as f:
+        json.dump(m, f, indent=1, default=float)
+    text = markdown(m)
+    with open(os.path.join(args.out, "regime.md"), "w") as f:
+        f.write(text + "\n")
+    plot(m, os.path.join(args.out, "regime.png"))
+    print(text)
+    print(f"[regime-map] {len(m['rows'])} cells; wrote {args.publish}, {args.out}/regime.md, {args.out}/regime.png")
+    return 0

@@ -1,0 +1,151 @@
+"""The regime map's cell figures (bench/regime.py) and the map over cells (bench/regime_map.py),
+on hand-computed runs: what a user reads off the map must be what the runs say."""
+
+import json
+import math
+import os
+
+import pytest
+
+from _bench_fakes import _data, _fake_train
+
+from openrlhf_speed.bench import regime as rg
+from openrlhf_speed.bench import regime_map as rm
+from openrlhf_speed.bench import run as bench_run
+from openrlhf_speed.curriculum import payoff
+
+
+def _run(accs, step_s, gen=100.0, discarded=0.0, useful=None, gen_s=1.0):
+    """A run of len(accs) - 1 steps of step_s seconds, evaluated every step (accs[0] at step 0)."""
+    steps = [{"event": "step", "step": i, "train_wall_s": i * step_s, "speed/tokens_generated": gen,
+              "speed/tokens_discarded": discarded, "speed/tokens_trained": gen - discarded,
+              "speed/tokens_useful": (gen - discarded) if useful is None else useful,
+              "timing/generation": gen_s, "timing/ppo_train": 1.0} for i in range(1, len(accs))]
+    evals = [{"event": "eval", "step": i, "train_wall_s": i * step_s, "eval_accuracy": a} for i, a in enumerate(accs)]
+    return {"steps": steps, "evals": evals}
+
+
+def test_steps_and_accuracy_are_read_between_evaluations():
+    run = _run([0.3, 0.4, 0.6], 10.0)
+    assert rg.steps_to(run, 0.5) == (1.5, True)
+    assert rg.steps_to(run, 0.9) == (2.0, False)  # never reached: the whole horizon, flagged
+    assert rg.accuracy_at(run["evals"], 15.0) == (pytest.approx(0.5), True)
+    assert rg.accuracy_at(run["evals"], 99.0) == (0.6, False)  # ended sooner: its last evaluation
+
+
+def test_the_ceiling_prices_discarded_generation_at_zero():
+    run = _run([0.3, 0.4, 0.6], 10.0, gen=300.0, discarded=200.0, gen_s=3.0)
+    # projected: each step 1 s/token x (100 trained + 2 x 300 generated) = 700; without discards 300
+    assert rg.ceiling_clock(run["steps"], 2.0, 1.0) == [0.0, 300.0, 600.0]
+    # measured: each step's 3 s of generation, two thirds of it on discarded tokens, comes off
+    assert rg.measured_ceiling_clock(run["steps"]) == pytest.approx([0.0, 8.0, 16.0])
+
+
+def test_informative_share_and_alpha():
+    off = _run([0.3, 0.4, 0.5], 10.0, useful=50.0)  # half its trained tokens carry no gradient
+    assert rg.informative_share(off["steps"]) == pytest.approx(0.5)
+    # off takes 4 steps, ours 2, with twice the informative share: step ratio 2 = rho^1
+    assert rg._alpha([4.0], [2.0], [0.5], [1.0]) == pytest.approx(1.0)
+    assert rg._alpha([4.0], [4.0], [0.5], [1.0]) == pytest.approx(0.0)
+    assert math.isnan(rg._alpha([4.0], [2.0], [1.0], [1.0]))  # no informative gain: alpha undefined
+
+
+def test_cell_on_hand_runs():
+    runs = {"off-r1": _run([0.3, 0.35, 0.4, 0.45, 0.5], 10.0, useful=50.0),
+            "off-r2": _run([0.3, 0.35, 0.4, 0.45, 0.5], 10.0, useful=50.0),
+            "dapo-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 30.0, gen=300.0, discarded=200.0, gen_s=3.0),
+            "dapo-r2": _run([0.3, 0.4, 0.5, 0.5, 0.5], 30.0, gen=300.0, discarded=200.0, gen_s=3.0),
+            "speed-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 12.0, gen=150.0, discarded=50.0),
+            "speed-r2": _run([0.3, 0.4, 0.5, 0.5, 0.5], 12.0, gen=150.0, discarded=50.0)}
+    groups = {k: k.split("-")[0] for k in runs}
+    model = {"ratio": 2.0, "s_per_train_token": 1.0}
+    clocks = {k: rg.agg.projected_clock(r["steps"], 2.0, 1.0) for k, r in runs.items()}
+    c = rg.cell(runs, groups, 0.5, {"batch": 4, "n": 24}, model, clocks)
+    assert c["steps_to_target"] == {"off": [4.0, 4.0], "dapo": [2.0, 2.0], "speed": [2.0, 2.0]}
+    assert c["step_ratio"]["point"] == pytest.approx(2.0) and c["rho"]["point"] == pytest.approx(2.0)
+    assert c["alpha"]["point"] == pytest.approx(1.0) and not c["alpha"]["at_least"]
+    # projected: off 4 x 300 = 1200; DAPO's 2 steps at 100 + 2 x 100 kept = 600: ceiling 2x
+    assert c["ceiling"]["projected"]["point"] == pytest.approx(2.0)
+    # SPEED's 2 steps at 100 + 2 x 100 kept (its screenings free) = 600: also 2x
+    assert c["discards_free"]["projected"]["point"] == pytest.approx(2.0)
+    # measured: off 40 s; DAPO 60 s less 2 x 2 s of discarded generation = 56 s
+    assert c["ceiling"]["measured"]["point"] == pytest.approx(40 / 56)
+    assert c["budget"]["clock_s"] == 40.0 and c["budget"]["accuracy"]["speed"] == pytest.approx(0.5)
+    assert c["budget"]["accuracy"]["dapo"] == pytest.approx(0.4 + 0.1 * 10 / 30)
+    assert rg.share_of_ceiling({"point": 1.5}, c["ceiling"]["projected"]) == pytest.approx(0.75)
+    assert any("alpha" in line for line in rg.markdown(c, None))
+    # without DAPO runs there is no cell
+    assert rg.cell({k: v for k, v in runs.items() if "dapo" not in k}, groups, 0.5, {}, model, clocks) is None
+
+
+def _row(name, step_ratio, rho, se=0.05, batch=16, speedup=1.0):
+    w = 1.96 * se
+    sr = {"point": step_ratio, "low": step_ratio * math.exp(-w), "high": step_ratio * math.exp(w)}
+    return {"cell": name, "batch": batch, "step_ratio": sr, "rho": {"point": rho},
+            "speed_over_off": {"projected": {"point": speedup}}}
+
+
+def test_alpha_is_fitted_through_the_origin_with_the_cells_spread():
+    rows = [_row("a", 2 ** 0.5, 2.0), _row("b", 3 ** 0.5, 3.0)]
+    fit = rm.fit_alpha(rows)
+    assert fit["point"] == pytest.approx(0.5) and fit["birge"] == 1.0
+    assert fit["low"] < 0.5 < fit["high"]
+    # two cells that disagree widen the interval by their dispersion
+    wide = rm.fit_alpha([_row("a", 2 ** 0.2, 2.0), _row("b", 2 ** 0.8, 2.0)])
+    assert wide["point"] == pytest.approx(0.5) and wide["birge"] > 1.0
+    assert wide["high"] - wide["low"] > fit["high"] - fit["low"]
+    assert rm.fit_alpha(rows[:1]) is None
+
+
+def test_leave_one_out_predicts_each_cell_from_the_others():
+    rows = [_row("a", 2 ** 0.5, 2.0, speedup=1.0), _row("b", 3 ** 0.5, 3.0, speedup=1.2),
+            _row("c", 4 ** 0.5, 4.0, speedup=1.1)]
+    loo = rm.leave_one_out(rows)
+    assert [x["cell"] for x in loo] == ["a", "b", "c"]
+    # every cell sits on alpha = 0.5: the others predict its own step ratio, so speedup x kappa
+    a = loo[0]
+    assert a["alpha_others"]["point"] == pytest.approx(0.5)
+    kappa = 2 ** 0.5 / 1.0
+    assert a["predicted"]["point"] == pytest.approx(2 ** 0.5 / kappa) and a["error"] == pytest.approx(0.0)
+
+
+def test_published_alpha_is_the_fit_of_the_published_cells():
+    """advise's alpha (payoff.ALPHA) is what `openrlhf-speed regime-map` fits on the cells it publishes."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "regime", "regime.json")
+    published = json.load(open(path))
+    fit = rm.fit_alpha(published["rows"])
+    assert tuple(round(fit[k], 2) for k in ("point", "low", "high")) == tuple(
+        payoff.ALPHA[k] for k in ("point", "low", "high"))
+    assert tuple(payoff.ALPHA["cells"]) == tuple(fit["cells"])
+
+
+def test_cell_modes_train_on_their_mix_with_the_papers_ratios(tmp_path):
+    from openrlhf_speed.proving import mixes
+
+    args = bench_run.build_parser().parse_args(["--mode", "proving-high-b4", "--out", str(tmp_path)])
+    s = bench_run._settings(args)
+    assert (args.model, args.runs, args.target_rule, args.curricula) == ("proving", 3, "off_final", "off,dapo,speed")
+    assert (s["batch"], s["n"], s["n_init"], s["steps"], s["warmup"]) == (4, 24, 4, 200, 20)
+    train, _ = bench_run._data(args, s, str(tmp_path))
+    assert train == mixes.mix_path("high")
+    cmd = bench_run.train_command("speed", s, args, train, train, str(tmp_path / "speed-r1"))
+    assert cmd[cmd.index("--speed.max_inflight_prompts") + 1] == "16"  # SPEED's generation batch 4 x B
+    low = bench_run.build_parser().parse_args(["--mode", "proving-low", "--out", str(tmp_path)])
+    assert bench_run._data(low, bench_run._settings(low), str(tmp_path))[0] == mixes.mix_path("low")
+
+
+def test_max_runs_stops_a_sitting_and_resume_goes_on(tmp_path, monkeypatch, capsys):
+    trained = []
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained))
+    argv = ["--mode", "tiny", "--curricula", "uniform,dapo,speed", "--target", "0.4", "--out", str(tmp_path / "out"),
+            *_data(tmp_path), "--max_runs", "2"]
+    monkeypatch.setattr(bench_run, "_engine_throughput", lambda *a: pytest.fail("measured before the last run"))
+    assert bench_run.main(argv) == 0
+    assert trained == ["uniform", "dapo"]
+    assert "--max_runs 2: stopped before speed; go on with --resume" in capsys.readouterr().out
+    monkeypatch.setattr(bench_run, "_engine_throughput", lambda *a: {"tokens_per_s": 1.0, "tokens": 1,
+                                                                     "generation_s": 1.0})
+    assert bench_run.main(argv + ["--resume"]) == 0
+    assert trained == ["uniform", "dapo", "speed"]
+    with pytest.raises(SystemExit, match="--max_runs 0"):
+        bench_run.main(argv[:-1] + ["0"])
