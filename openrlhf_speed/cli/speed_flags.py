@@ -9,7 +9,7 @@ Combinations are checked in flags._validate_speed and SpeedConfig.validate.
 def add_speed_arguments(parser) -> None:
     g = parser.add_argument_group("SPEED curriculum (--speed.*)")
     g.add_argument("--speed.strategy", type=str, default="speed",
-                   choices=["speed", "dapo", "uniform", "greso", "cures", "speed_bayes", "off"],
+                   choices=["speed", "dapo", "uniform", "greso", "cures", "speed_bayes", "speed_seq", "off"],
                    help="speed: screen each prompt with N_init responses and continue only those whose pass rate lies "
                    "in (pass_rate_low, pass_rate_high) (default); dapo: generate all N, keep mixed groups (DAPO dynamic "
                    "sampling); uniform: generate all N, keep every group (plain RLOO/GRPO through the same driver); "
@@ -18,7 +18,9 @@ def add_speed_arguments(parser) -> None:
                    "posterior of the pass rate (prompts near 0.5 first) and size each prompt's first request from it "
                    "(CurES, arXiv 2510.01037); speed_bayes: speed, but a decaying per-prompt posterior skips "
                    "screenings that would confidently fail and requests all N at once for prompts that confidently "
-                   "qualify; "
+                   "qualify; speed_seq: speed's screening in two halves, the second only where the prompt's posterior "
+                   "(a prior per --speed.prior_key value, learned online, times its own counts) makes it cheaper than "
+                   "screening a new prompt (docs/design.md); "
                    "off: OpenRLHF's own samples generator, untouched.")
     g.add_argument("--speed.n_init", type=int, default=None,
                    help="N_init, screening responses per prompt (speed, speed_bayes; for cures the smallest first "
@@ -68,6 +70,13 @@ def add_speed_arguments(parser) -> None:
     g.add_argument("--speed.bayes_admit_confidence", type=float, default=0.9,
                    help="speed_bayes: request all N responses at once, without screening, when the posterior "
                    "predictive probability that the full group is inside the band is at least this")
+    g.add_argument("--speed.seq_first", type=int, default=None,
+                   help="speed_seq: responses in the first half of the screening; the rest of N_init follow only where "
+                   "they can still pay (default: N_init // 2)")
+    g.add_argument("--speed.prior_key", type=str, default=None,
+                   help="speed_seq: a field of --data.prompt_dataset's rows (e.g. a difficulty level or source) whose "
+                   "values tag prompts; each tag gets its own pass-rate prior, learned online from its screenings. "
+                   "Default: one prior for every prompt")
     from openrlhf_speed.curriculum.config import DEFAULT_MAX_STALENESS
 
     # Not SpeedConfig's default (None, the paper's unbounded algorithm): the trainer

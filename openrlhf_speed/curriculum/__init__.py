@@ -67,6 +67,7 @@ from .history import BYTES_PER_PROMPT, PromptHistory
 from .scheduler import Scheduler
 from .strategies import STRATEGIES, Decision, Strategy, pass_rate, qualify, register_strategy
 from . import history_strategies  # noqa: F401,E402  (registers greso, cures, speed_bayes)
+from . import seq_screen  # noqa: F401,E402  (registers speed_seq)
 
 __all__ = [
     "BYTES_PER_PROMPT",

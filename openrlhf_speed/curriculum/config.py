@@ -53,6 +53,8 @@ FLAGS = {
     "cures_temperature": "--speed.cures_temperature",
     "bayes_skip_confidence": "--speed.bayes_skip_confidence",
     "bayes_admit_confidence": "--speed.bayes_admit_confidence",
+    "seq_first": "--speed.seq_first",
+    "prior_key": "--speed.prior_key",
 }
 
 # Strategy name -> class. Filled by `strategies.register_strategy` (the package's __init__
@@ -128,6 +130,11 @@ class SpeedConfig:
         probability that the screening fails the band is at least this.
     bayes_admit_confidence: speed_bayes requests all N at once, without screening, when
         the posterior predictive probability that the full group qualifies is at least this.
+
+    speed_seq (`seq_screen.py`):
+    seq_first: the first half of its screening (None: N_init // 2).
+    prior_key: the dataset field whose values tag prompts for its prior (e.g. a difficulty
+        level); the driver reads it, the scheduler gets the tags. None: one prior for all.
     """
 
     n_samples_per_prompt: int = 8
@@ -153,6 +160,8 @@ class SpeedConfig:
     cures_temperature: float = 0.1
     bayes_skip_confidence: float = 0.8
     bayes_admit_confidence: float = 0.9
+    seq_first: Optional[int] = None
+    prior_key: Optional[str] = None
 
     @property
     def inflight_limit(self) -> int:
@@ -229,6 +238,10 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
         errors.append(
             f"{f['warn_qualification_rate']} ({cfg.warn_qualification_rate}) must be in [0, 1]"
         )
+    if (cfg.seq_first is not None or cfg.prior_key) and cfg.strategy != "speed_seq":
+        which = f['seq_first'] if cfg.seq_first is not None else f['prior_key']
+        errors.append(f"{which} is read by --speed.strategy speed_seq only (it sizes and informs its two-stage "
+                      f"screening); {f['strategy']} is {cfg.strategy}: drop the flag or use speed_seq")
     if cfg.max_staleness is not None and cfg.max_staleness < 0:
         errors.append(f"{f['max_staleness']} ({cfg.max_staleness}) must be >= 0 (0: strictly on-policy)")
     for field, low, high, closed_low in _HISTORY_RANGES:

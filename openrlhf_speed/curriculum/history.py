@@ -29,7 +29,6 @@ Not in the papers: GRESO (arXiv 2506.02177) keeps a full per-prompt reward trace
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import numpy as np
@@ -125,18 +124,6 @@ class PromptHistory:
         for i, recs in records.items():
             for epoch, _, _, n, n_correct, _ in sorted(recs, key=lambda r: r[0]):
                 self.record(int(i), int(epoch), int(n_correct), int(n))
-
-
-def beta_binomial_pmf(n: int, a: float, b: float) -> np.ndarray:
-    """P(k correct of n | p ~ Beta(a, b)) for k = 0..n: the posterior predictive of a request
-    of n responses. [n + 1], sums to 1. Uses lgamma, so any a, b > 0 and n up to thousands."""
-    lg = math.lgamma
-    log_norm = lg(a + b) - lg(a) - lg(b) - lg(n + a + b)
-    out = np.empty(n + 1, dtype=np.float64)
-    for k in range(n + 1):
-        log_choose = lg(n + 1) - lg(k + 1) - lg(n - k + 1)
-        out[k] = math.exp(log_choose + lg(k + a) + lg(n - k + b) + log_norm)
-    return out
 
 
 def decision_uniform(seed: int, salt: int, prompt_index: int, epoch: int) -> float:

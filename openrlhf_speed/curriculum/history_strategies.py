@@ -71,7 +71,8 @@ import math
 import numpy as np
 
 from .config import FLAGS, SpeedConfig
-from .history import PromptHistory, beta_binomial_pmf, decision_uniform
+from .history import PromptHistory, decision_uniform
+from .posterior import betabinom_pmf
 from .records import PHASE_CONTINUE, PHASE_FULL, PHASE_SCREEN
 from .strategies import (ACCEPT, REJECT, REQUEST, SKIP, Decision, SpeedStrategy, Strategy,
                          _band_reasons, pass_rate, qualify, register_strategy)
@@ -257,7 +258,7 @@ class SpeedBayesStrategy(Strategy):
     def band_mass(self, n: int, a: float, b: float) -> tuple[float, float, float]:
         """Predictive probabilities that k of n correct lands at/below low, inside, at/above high."""
         cfg = self.config
-        pmf = beta_binomial_pmf(n, a, b)  # [n + 1]
+        pmf = betabinom_pmf(n, a, b)  # [n + 1]
         rate = np.arange(n + 1) / n
         below = float(pmf[rate <= cfg.pass_rate_low].sum())
         above = float(pmf[rate >= cfg.pass_rate_high].sum())

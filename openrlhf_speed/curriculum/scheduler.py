@@ -84,12 +84,15 @@ STATE_FORMAT = 2
 
 
 class Scheduler:
-    def __init__(self, num_prompts: int, config: SpeedConfig) -> None:
+    def __init__(self, num_prompts: int, config: SpeedConfig, tags=None) -> None:
         if num_prompts < 1:
             raise ValueError(f"the prompt dataset is empty (num_prompts={num_prompts})")
         self.config = config.validate()
         self.num_prompts = num_prompts
         self.strategy = STRATEGIES[config.strategy](config)
+        if tags is not None and len(tags) != num_prompts:
+            raise ValueError(f"{len(tags)} prompt tags for {num_prompts} prompts")
+        self.strategy.bind_tags(tags)  # [P] ints from the data (--speed.prior_key), or None
         self.history = PromptHistory(num_prompts, decay=self.strategy.history_decay(config))
         self.policy_version = 0
         self._epoch = 0  # epoch of the next prompt to start

@@ -28,7 +28,8 @@ Registered here:
 - `dapo`    request all N, keep groups whose pass rate is inside the band (DAPO dynamic
             sampling: the baseline that filters after full inference);
 - `uniform` request all N, keep every group (plain RLOO/GRPO).
-History-based ones (`greso`, `cures`, `speed_bayes`) are in `history_strategies.py`.
+History-based ones (`greso`, `cures`, `speed_bayes`) are in `history_strategies.py`; the
+two-stage screening `speed_seq` in `seq_screen.py`.
 
 Departure from the paper: its band (0, 1) is hard-coded; here it is (pass_rate_low,
 pass_rate_high), and `dapo` uses the same band on the full group.
@@ -116,6 +117,10 @@ class Strategy:
 
     def after_scored(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> Decision:
         raise NotImplementedError
+
+    def bind_tags(self, tags) -> None:
+        """Each prompt's tag index [P] from the dataset (`--speed.prior_key`), or None; only
+        strategies with a per-tag prior read it."""
 
     def order_epoch(self, epoch: int, order: np.ndarray, history: PromptHistory) -> np.ndarray:
         """The order epoch `epoch` starts prompts in. order: the scheduler's seeded

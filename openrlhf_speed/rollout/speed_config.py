@@ -38,6 +38,8 @@ def speed_config(args):
         cures_temperature=s.cures_temperature,
         bayes_skip_confidence=s.bayes_skip_confidence,
         bayes_admit_confidence=s.bayes_admit_confidence,
+        seq_first=getattr(s, "seq_first", None),
+        prior_key=getattr(s, "prior_key", None),
     )
 
 

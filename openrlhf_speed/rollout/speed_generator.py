@@ -153,7 +153,12 @@ class SpeedSamplesGenerator(SamplesGenerator):
         if not self.prompts:
             raise ValueError(f"every prompt of --data.prompt_dataset is longer than {limit} tokens (the prompt "
                              f"limit, {why}): raise --data.max_len or shorten the prompts")
-        self.scheduler = Scheduler(num_prompts=len(self.prompts), config=config)
+        tags = None
+        if config.prior_key:  # speed_seq's per-tag prior (rollout/tags.py)
+            from openrlhf_speed.rollout.tags import prompt_tags
+
+            tags = prompt_tags(self.args, strategy, config.prior_key, len(dataset.prompts), too_long)
+        self.scheduler = Scheduler(num_prompts=len(self.prompts), config=config, tags=tags)
         self.policy_version = 0
         # ray ref -> (Request, engine index, policy version, valid Responses kept, regeneration round)
         self._pending: Dict = {}

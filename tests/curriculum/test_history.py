@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from openrlhf_speed.curriculum import BYTES_PER_PROMPT, PromptHistory, Scheduler, SpeedConfig
-from openrlhf_speed.curriculum.history import beta_binomial_pmf, decision_uniform
+from openrlhf_speed.curriculum.history import decision_uniform
+from openrlhf_speed.curriculum.posterior import betabinom_pmf
 from openrlhf_speed.curriculum.simulate import SimulatedDriver, SimulatedPolicy
 
 
@@ -112,7 +113,7 @@ def test_format_1_checkpoint_still_loads():
 
 @pytest.mark.parametrize("n, a, b", [(4, 1.0, 1.0), (8, 0.5, 4.5), (6, 3.7, 3.7), (3, 2.0, 0.25)])
 def test_beta_binomial_predictive_hand_formulas(n, a, b):
-    pmf = beta_binomial_pmf(n, a, b)
+    pmf = betabinom_pmf(n, a, b)
     assert pmf.shape == (n + 1,) and math.isclose(pmf.sum(), 1.0, rel_tol=1e-12)
     # P(0 of n) = prod_j (b + j) / (a + b + j); the mean is n a / (a + b).
     p0 = math.prod((b + j) / (a + b + j) for j in range(n))

@@ -29,11 +29,13 @@ STRATEGIES = ["speed", "dapo", "uniform"]
 # The history-based strategies change which prompts run and how many responses are asked
 # for first, not the loss: one algorithm is enough to run their path through the pipeline.
 HISTORY_STRATEGIES = ["greso", "cures", "speed_bayes"]
-DEFAULT_RUN = {("grpo", "speed"), ("dapo", "dapo")}
+# speed_seq reads a tag of each row (the embedded rows' `level`) through OpenRLHF's own loader.
+STRATEGY_FLAGS = {"speed_seq": ["--speed.prior_key", "level"]}
+DEFAULT_RUN = {("grpo", "speed"), ("dapo", "dapo"), ("rloo", "speed_seq")}
 
 
 def combos():
-    pairs = [(a, s) for a in ALGORITHMS for s in STRATEGIES] + [("rloo", s) for s in HISTORY_STRATEGIES]
+    pairs = [(a, s) for a in ALGORITHMS for s in STRATEGIES] + [("rloo", s) for s in HISTORY_STRATEGIES + ["speed_seq"]]
     for algo, strategy in pairs:
         # DEFAULT_RUN goes to `make test-extra` (CI runs it after `make test`): on a CPU without
         # native bf16 `make test` would otherwise pass 30 minutes.
@@ -50,7 +52,7 @@ def test_one_step(algo, strategy, tmp_path):
         "--vllm.num_engines", "1", "--vllm.enforce_eager",
         *([] if kl else ["--algo.kl.init_coef", "0"]),
         *ALGORITHMS[algo],
-        "--speed.strategy", strategy, "--speed.n_init", "2",
+        "--speed.strategy", strategy, "--speed.n_init", "2", *STRATEGY_FLAGS.get(strategy, []),
         "--rollout.batch_size", "2", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "8",
         "--train.batch_size", "8", "--train.micro_batch_size", "4", "--train.max_steps", "1",
         "--rollout.max_new_tokens", "32", "--data.max_len", "512", "--data.max_samples", "64",
@@ -67,9 +69,9 @@ def test_one_step(algo, strategy, tmp_path):
     assert math.isfinite(float(step.group(2)))
     batch = [json.loads(line) for line in open(tmp_path / "trace.jsonl") if '"batch"' in line][0]
     assert len(batch["prompts"]) == 2 and all(len(r) == 4 for r in batch["rewards"])
-    if strategy in ("speed", "dapo"):  # both filters keep only groups with mixed results
+    if strategy in ("speed", "dapo", "speed_seq"):  # the filters keep only groups with mixed results
         for rewards in batch["rewards"]:
-            screened = rewards[:2] if strategy == "speed" else rewards
+            screened = rewards if strategy == "dapo" else rewards[:2]
             assert 0 < sum(r >= 0.5 for r in screened) < len(screened)
     if strategy in HISTORY_STRATEGIES:  # each filters the first request of a visit on the band
         for rewards in batch["rewards"]:
