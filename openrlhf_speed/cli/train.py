@@ -21,18 +21,29 @@ actor and vLLM engine classes for our subclasses (module attributes that `train_
 A vLLM engine that dies mid-run ends the command with exit status 1 and, last, one line
 `[openrlhf-speed] ERROR vLLM engine I (Ray actor ID) failed ...` naming the checkpoint a rerun
 resumes from (rollout/speed_generator.py's EngineDiedError). A full disk while a checkpoint,
-the trace or the run log is written ends it the same way with one line and no traceback,
-since the cause is known (rollout/ckpt_manifest.py's DiskFullError).
+the trace, the run log or the summary is written ends it the same way with one line and no
+traceback, since the cause is known (rollout/ckpt_manifest.py's DiskFullError).
+
+A run that ends writes `summary.md` and `curves.png` in its run folder (the parent of
+`--ckpt.path`) and prints the summary last (rollout/run_summary.py). `--log.jsonl` defaults
+to RUN/metrics.jsonl, the records both are drawn from. The summary's resume command is this
+command with `--ckpt.load_enable`, or `$OPENRLHF_SPEED_RERUN` where a recipe names itself.
 """
 
 import argparse
+import os
 import runpy
+import shlex
 import sys
+import time
 import traceback
 from contextlib import contextmanager
 
 from openrlhf_speed import compat
 from openrlhf_speed.cli import flags
+from openrlhf_speed.rollout.ckpt_manifest import DiskFullError
+from openrlhf_speed.rollout.run_summary import (CURVES, METRICS, SUMMARY, build_summary, read_records, run_files,
+                                                run_folder, run_records, write_atomic)
 
 
 @contextmanager
@@ -45,7 +56,34 @@ def _patched(obj, name, value):
         setattr(obj, name, original)
 
 
+def rerun_command(argv: list) -> str:
+    """The command that resumes this run: $OPENRLHF_SPEED_RERUN (a recipe's own name, e.g.
+    `make train`), else this one with --ckpt.load_enable."""
+    named = os.environ.get("OPENRLHF_SPEED_RERUN")
+    if named:
+        return named
+    resume = [] if "--ckpt.load_enable" in argv else ["--ckpt.load_enable"]
+    return shlex.join(["openrlhf-speed", "train", *argv, *resume])
+
+
+def finish(args, argv: list, started: float) -> str:
+    """Write the run folder's summary.md and curves.png; returns the summary."""
+    files = run_files(args)
+    records = run_records(read_records(files.metrics)) if files.metrics and os.path.isfile(files.metrics) else []
+    curves = ["openrlhf-speed", "curves", files.folder]
+    if files.metrics and os.path.abspath(files.metrics) != os.path.join(files.folder, METRICS):
+        curves += ["--metrics", files.metrics]
+    text = build_summary(records, files, rerun_command(argv), shlex.join(curves), time.time() - started)
+    write_atomic(os.path.join(files.folder, SUMMARY), text.encode(), "the run summary")
+    if records:
+        from openrlhf_speed.rollout.curves import redraw
+
+        redraw(records, os.path.join(files.folder, CURVES), files.folder)
+    return text
+
+
 def main(argv=None) -> int:
+    started = time.time()
     compat.install()
     argv = list(sys.argv[1:] if argv is None else argv)
     real_parse_args = argparse.ArgumentParser.parse_args
@@ -76,8 +114,10 @@ def main(argv=None) -> int:
     real_hierarchize_with_capture = hierarchize
 
     def capture(namespace):
-        parsed["args"] = real_hierarchize_with_capture(namespace)
-        return parsed["args"]
+        args = parsed["args"] = real_hierarchize_with_capture(namespace)
+        if args.log.jsonl is None:  # the records the summary and the curves are drawn from
+            args.log.jsonl = os.path.join(run_folder(args.ckpt.path), METRICS)
+        return args
 
     real_is_initialized = ray.is_initialized
 
@@ -104,7 +144,6 @@ def main(argv=None) -> int:
         except ray.exceptions.RayTaskError as e:
             # A dead engine surfaces here as the trainer actor's failure, its message buried in
             # a remote traceback: keep the traceback, end with the one line that says what to do.
-            from openrlhf_speed.rollout.ckpt_manifest import DiskFullError
             from openrlhf_speed.rollout.speed_generator import EngineDiedError
 
             if not isinstance(e.cause, (EngineDiedError, DiskFullError)):
@@ -115,6 +154,16 @@ def main(argv=None) -> int:
             return 1
         finally:
             sys.argv = saved_argv
+    return report(parsed["args"], argv, started) if "args" in parsed else 0
+
+
+def report(args, argv: list, started: float) -> int:
+    """After a run: its summary printed last, or the one line of a full disk (exit status)."""
+    try:
+        print(finish(args, argv, started), flush=True)
+    except DiskFullError as e:
+        print(f"[openrlhf-speed] ERROR {e}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -9,7 +9,8 @@ text of each prompt it sends, so the header records ("config") open every new fi
 
 A full disk under a write (the trace here, the run log in rollout/trainer.py) cuts the file
 back to its last whole line and stops the run with DiskFullError, one line naming the file:
-a torn last line would break every reader, and a resumed run appends after it.
+a torn last line would break every reader, and a resumed run appends after it. Opening the
+file on a full disk (a new file needs a directory entry) stops it the same way.
 """
 
 import json
@@ -17,6 +18,27 @@ import os
 from typing import Optional
 
 from openrlhf_speed.rollout.ckpt_manifest import FULL_ERRNOS, DiskFullError, free_bytes
+
+
+def disk_full(what: str, path: str, needed: int, kept: str) -> DiskFullError:
+    """The one-line error for a run file that did not fit: `kept` says what the file still holds."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return DiskFullError(
+        f"disk full while writing {what} {path}: {free_bytes(folder) / 1e6:.1f} MB is free in {folder} "
+        f"({needed} bytes were needed; {kept}). Free space there and rerun; a run that saves checkpoints "
+        "resumes from its last complete one with --ckpt.load_enable")
+
+
+def open_append(path: str, what: str):
+    """`path` opened unbuffered for binary appends, its folder made first; a full disk (no room
+    for a new file's entry) raises DiskFullError."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return open(path, "ab", buffering=0)
+    except OSError as e:
+        if e.errno not in FULL_ERRNOS:
+            raise
+        raise disk_full(what, path, 0, "nothing was written to it") from e
 
 
 def append_whole(f, data: bytes, what: str) -> None:
@@ -34,11 +56,7 @@ def append_whole(f, data: bytes, what: str) -> None:
             os.ftruncate(f.fileno(), start)
         except OSError:  # a device file (/dev/full) has no length to cut back to
             pass
-        folder = os.path.dirname(os.path.abspath(f.name))
-        raise DiskFullError(
-            f"disk full while writing {what} {f.name}: {free_bytes(folder) / 1e6:.1f} MB is free in {folder} "
-            f"({len(data)} bytes were needed; the file keeps its last whole line). Free space there and rerun; "
-            "a run that saves checkpoints resumes from its last complete one with --ckpt.load_enable") from e
+        raise disk_full(what, f.name, len(data), "the file keeps its last whole line") from e
 
 
 class TraceFile:
@@ -48,7 +66,7 @@ class TraceFile:
         self.header: list = []  # lines written again at the top of every new file
         self.seen: set = set()  # keys whose record this file holds already (prompt texts)
         self.rotations = 0
-        self._f = open(path, "ab", buffering=0)
+        self._f = open_append(path, "the trace")
 
     def write(self, *records: dict, header: bool = False, once=None) -> None:
         """Append `records`; `header`: also open every later file with them. `once`: (key,
@@ -66,7 +84,7 @@ class TraceFile:
     def _rotate(self) -> None:
         self._f.close()
         os.replace(self.path, self.path + ".1")
-        self._f = open(self.path, "ab", buffering=0)
+        self._f = open_append(self.path, "the trace")
         append_whole(self._f, "".join(self.header).encode(), "the trace")
         self.seen = set()
         self.rotations += 1

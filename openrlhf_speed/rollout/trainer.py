@@ -36,27 +36,36 @@ counted on the driver's side too.
 
 Run log (`--log.jsonl`): one line per step and per evaluation. `train_wall_s` is the
 training clock the paper reports: wall-clock since `fit` started, minus evaluation and
-checkpointing. `eval_accuracy` is the mean reward over all evaluation samples (pass@1
-estimated with `--eval.n_samples_per_prompt` samples), the figure `openrlhf-speed
-evaluate` reports as accuracy.
+checkpointing. `eval_accuracy` is the mean reward over all `eval_num_samples` evaluation
+samples (pass@1 estimated with `--eval.n_samples_per_prompt` samples), the figure
+`openrlhf-speed evaluate` reports as accuracy. Each checkpoint also redraws the run's
+`curves.png` from the log (rollout/curves.py; off the training clock, as checkpointing is).
+
+Progress bars: upstream's loop draws one per `--train.num_episodes`, but the SPEED curriculum
+runs every epoch inside the first; once it has no batch left (`--train.max_steps`, or the
+last epoch) the later episodes' bars are drawn disabled (`episode_bars`), so none prints.
 """
 
 import contextlib
 import json
 import os
 import shutil
+import sys
 import time
 
 import ray
 import torch
+from tqdm import tqdm
 
 from openrlhf_speed.backends.fingerprints import compare
 from openrlhf_speed.rewards.guard import RewardError, invalid_reason
 from openrlhf_speed.rollout import ckpt_manifest
+from openrlhf_speed.rollout.ckpt_manifest import DiskFullError
 from openrlhf_speed.rollout.checkpoint import (ACTOR_DIR, ResumeError, adopt_folder, atomic_save,
                                                curriculum_state_path, resume_hint, resume_point, saved_steps)
 from openrlhf_speed.rollout.speed_config import speed_config
-from openrlhf_speed.rollout.trace import append_whole
+from openrlhf_speed.rollout.run_summary import CURVES, read_records, run_folder, run_records
+from openrlhf_speed.rollout.trace import append_whole, open_append
 
 
 def _reward_seconds(rollout_samples) -> float:
@@ -136,6 +145,13 @@ def step_line(step: int, status: dict) -> str:
     return " | ".join(parts)
 
 
+def episode_bars(done):
+    """Upstream fit()'s `tqdm`: a bar that is drawn disabled (prints nothing) once `done()`."""
+    def bar(*args, **kwargs):
+        return tqdm(*args, disable=kwargs.pop("disable", False) or done(), **kwargs)
+    return bar
+
+
 def make_trainer_class(upstream_actor_class):
     base = upstream_actor_class.__ray_actor_class__
 
@@ -146,6 +162,7 @@ def make_trainer_class(upstream_actor_class):
         _clock_start = None
         _excluded_s = 0.0  # evaluation + checkpointing, off the training clock
         _state_saved_step = None  # the step whose curriculum state this process wrote last
+        _init_error = None  # a full disk under the trace's first lines, raised by get_max_steps
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -153,11 +170,23 @@ def make_trainer_class(upstream_actor_class):
             if config is not None:
                 from openrlhf_speed.rollout.speed_generator import SpeedSamplesGenerator
 
-                self.samples_generator = SpeedSamplesGenerator(
-                    self.strategy, self.prompts_dataloader, self.eval_dataloader, self.tokenizer, self.vllm_engines,
-                    config, trace_path=self.args.speed.trace_path, max_steps=self.args.train.max_steps,
-                )
+                try:
+                    self.samples_generator = SpeedSamplesGenerator(
+                        self.strategy, self.prompts_dataloader, self.eval_dataloader, self.tokenizer,
+                        self.vllm_engines, config, trace_path=self.args.speed.trace_path,
+                        max_steps=self.args.train.max_steps,
+                    )
+                except DiskFullError as e:
+                    # Raised here, Ray reports the actor's creation as failed and its worker logs
+                    # the traceback ("Exception raised in creation task"); raised by the first
+                    # method OpenRLHF calls, it is one line from cli/train.py like the others.
+                    self._init_error = e
             self.speed = config is not None
+
+        def get_max_steps(self):
+            if self._init_error is not None:
+                raise self._init_error
+            return super().get_max_steps()
 
         def fit(self, global_step=0):
             if self.speed:
@@ -169,10 +198,20 @@ def make_trainer_class(upstream_actor_class):
             if self.args.eval.at_start and self.eval_dataloader and not self._resume_sync:
                 self.evaluate(0, **self._eval_kwargs())
             self._clock_start, self._excluded_s = time.time(), 0.0
-            result = super().fit(global_step)
+            upstream = sys.modules[base.fit.__module__]  # whose `tqdm` upstream fit() calls
+            upstream.tqdm = episode_bars(self._curriculum_done)
+            try:
+                result = super().fit(global_step)
+            finally:
+                upstream.tqdm = tqdm
             if self.args.train.generation_only:
                 self._drain_generation_only()
             return result
+
+        def _curriculum_done(self) -> bool:
+            """The SPEED curriculum has no batch left: every later episode of upstream's loop is empty."""
+            gen = self.samples_generator
+            return self.speed and (gen._step_limit_reached() or gen.scheduler.exhausted)
 
         def _generation_only_step(self, rollout_samples, global_step):
             """train_step without experience, training or weight sync (--train.generation_only)."""
@@ -213,7 +252,7 @@ def make_trainer_class(upstream_actor_class):
                 return
             plain = {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in record.items()
                      if isinstance(v, (int, float, str))}
-            with open(self.args.log.jsonl, "ab", buffering=0) as f:
+            with open_append(self.args.log.jsonl, "the run log (--log.jsonl)") as f:
                 append_whole(f, (json.dumps(plain) + "\n").encode(), "the run log (--log.jsonl)")
 
         def evaluate(self, global_step, **generate_kwargs):
@@ -242,6 +281,7 @@ def make_trainer_class(upstream_actor_class):
             finally:
                 del self.samples_generator.generate_eval_samples  # back to the class's method
             logs["eval_accuracy"] = sum(rewards) / max(len(rewards), 1)
+            logs["eval_num_samples"] = len(rewards)
             logs["eval_time_s"] = time.time() - t0
             self._excluded_s += logs["eval_time_s"]
             print(f"[openrlhf-speed] eval step {global_step} | accuracy {logs['eval_accuracy']:.4f} over "
@@ -291,7 +331,18 @@ def make_trainer_class(upstream_actor_class):
                 if self.speed and saving:
                     self._save_curriculum(global_step)
                 super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+            if saving:
+                self._draw_curves()
             self._excluded_s += time.time() - t0
+
+        def _draw_curves(self) -> None:
+            """The run folder's curves.png from the run log so far (rollout/curves.py)."""
+            log = self.args.log.jsonl
+            if log and os.path.isfile(log):
+                from openrlhf_speed.rollout.curves import redraw
+
+                folder = run_folder(self.args.ckpt.path)
+                redraw(run_records(read_records(log)), os.path.join(folder, CURVES), folder)
 
         def save_best_checkpoint(self, eval_metrics, global_step, client_states=None):
             # A new best evaluation saves the tag best_global_stepK and points the actor's
