@@ -2,9 +2,12 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-gpu check-gpu-setup check-gpu-resolve test-gpu train proving bench-proving bench-proving-v4 soak scale test test-fast test-extra test-all clean
+.PHONY: setup setup-gpu wheelhouse wheelhouse-cpu check-gpu-setup check-gpu-resolve test-gpu train proving bench-proving bench-proving-v4 soak scale test test-fast test-extra test-all clean
+# WHEELHOUSE=DIR (setup, setup-gpu): install from that folder alone, pip --no-index, for a node
+# that reaches no package index; what it lacks is refused first, one line a pin.
+WHEELHOUSE ?=
 setup:
-	bash scripts/bootstrap.sh
+	WHEELHOUSE=$(WHEELHOUSE) bash scripts/bootstrap.sh
 
 # The CUDA stack in its own venv (VENV_GPU, default .venv-gpu): torch 2.13.0 (CUDA), vLLM,
 # DeepSpeed, OpenRLHF, Megatron-Core; flash-attn and transformer-engine when they build
@@ -13,7 +16,17 @@ setup:
 # it would build and how long flash-attn takes, installing nothing. Recipes: VENV=.venv-gpu bash ...
 VENV_GPU ?= .venv-gpu
 setup-gpu:
-	VENV=$(VENV_GPU) bash scripts/bootstrap.sh --gpu
+	VENV=$(VENV_GPU) WHEELHOUSE=$(WHEELHOUSE) bash scripts/bootstrap.sh --gpu
+
+# Every wheel and sdist of the pinned GPU stack (wheelhouse-cpu: the CPU stack) in one folder,
+# WHEELHOUSE (default wheelhouse/, wheelhouse-cpu/; git-ignored), then its MANIFEST.txt. Run it
+# where pip reaches an index, with the nodes' Python 3.11 on Linux x86-64 (PYTHON); copy the
+# folder to the node and run `make setup-gpu WHEELHOUSE=DIR` there (scripts/wheelhouse.py).
+wheelhouse:
+	$(PYTHON) scripts/wheelhouse.py --stack gpu $(or $(WHEELHOUSE),wheelhouse)
+
+wheelhouse-cpu:
+	$(PYTHON) scripts/wheelhouse.py --stack cpu $(or $(WHEELHOUSE),wheelhouse-cpu)
 
 check-gpu-setup:
 	bash scripts/bootstrap.sh --gpu --check

@@ -3,7 +3,10 @@
 #   bash scripts/bootstrap.sh          CPU stack in .venv (make setup)
 #   bash scripts/bootstrap.sh --gpu    CUDA stack in .venv-gpu (make setup-gpu)
 #   bash scripts/bootstrap.sh --gpu --check   only the checks and build plan of --gpu
-# VENV names another venv, PYTHON another interpreter (python3.11).
+# VENV names another venv, PYTHON another interpreter (python3.11). WHEELHOUSE=DIR installs
+# from that folder alone (pip --no-index --find-links DIR: a node that reaches no index), after
+# checking that it holds every pin (openrlhf_speed/cli/wheelhouse.py: one line per missing one);
+# `make wheelhouse` (GPU) or `make wheelhouse-cpu` fills it where pip reaches an index.
 #
 # Order matters: torch first, then everything else under the constraints file so pip can
 # never replace it (STACK.md); packages that build against torch (deepspeed, flash-attn,
@@ -43,10 +46,15 @@ STAMP=$VENV/.bootstrap-$MODE-$(cat $C requirements/*.txt setup.py "${OWN[@]}" | 
 [ -f "$STAMP" ] && exit 0
 step() { echo "[bootstrap] $*"; }
 die() { echo "[bootstrap] error: $*" >&2; exit 1; }
+INDEX=""
+if [ -n "${WHEELHOUSE:-}" ]; then  # what it lacks is said, one line a pin, before anything is made
+  "$PY" -m openrlhf_speed.cli.wheelhouse "$WHEELHOUSE" --stack $MODE || exit 1
+  INDEX="--no-index --find-links=$(realpath "$WHEELHOUSE")"
+fi
 # Before a venv or a download: what the compiled parts need (exports what their builds read).
 if [ $MODE = gpu ]; then gpu_plan "$TORCH_CUDA" "$PY" || exit 1; fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-PIP="$VENV/bin/python -m pip install --no-input -c $C"
+PIP="$VENV/bin/python -m pip install --no-input -c $C $INDEX"
 
 # optional NAME SETTING COMMAND...: runs COMMAND unless SETTING is 0; with auto, a failure
 # is reported and the set-up goes on.
@@ -62,8 +70,8 @@ optional() {
 }
 
 cpu_stack() {
-  local torch_args
-  mapfile -t torch_args < <("$VENV/bin/python" scripts/torch_cpu_source.py --version 2.13.0)
+  local torch_args=(torch==2.13.0+cpu)
+  [ -n "$INDEX" ] || mapfile -t torch_args < <("$VENV/bin/python" scripts/torch_cpu_source.py --version 2.13.0)
   step "torch (CPU wheel)"; $PIP "${torch_args[@]}"
   step "openrlhf's requirements (without flash-attn, which needs CUDA to build)"
   $PIP -r requirements/cpu.txt

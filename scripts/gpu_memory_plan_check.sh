@@ -15,7 +15,8 @@
 # (the import closure of OpenRLHF's Actor and DeepspeedStrategy, DeepSpeed and Megatron-Core
 # beyond torch, transformers and peft). DeepSpeed installs without its ops; the first cases
 # compile cpu_adam and fused_adam, both at the start, side by side. Where the venv is there
-# (make setup-gpu), VENV=.venv-gpu skips the wheels.
+# (make setup-gpu), VENV=.venv-gpu skips the wheels; SITE=DIR takes packages installed there
+# already (scripts/gpu_driver_check.sh's carry), PYTHON the interpreter (python3).
 #
 #   bash scripts/gpu_memory_plan_check.sh            # writes $OUT (default /tmp/memory_plan_check)
 #   CASES='8192 or 2048' bash scripts/gpu_memory_plan_check.sh   # a pytest -k selection of the cases
@@ -24,9 +25,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/memory_plan_check}
 mkdir -p "$OUT"
-PY=python3
+PY=${PYTHON:-python3}
 if [[ -n ${VENV:-} ]]; then
   PY=$VENV/bin/python
+elif [[ -n ${SITE:-} ]]; then
+  export PYTHONPATH=$SITE:$PWD
 else
   ls .whl/*.whl >/dev/null 2>&1 || { echo "no .whl/ here: make the wheels as this script's header says, or set VENV" >&2; exit 1; }
   DS_BUILD_OPS=0 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --no-build-isolation \
@@ -55,15 +58,16 @@ status=${PIPESTATUS[0]}
 $PY - "$MEMORY_PLAN_RESULTS" >"$OUT/table.md" <<'EOF'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])] if __import__("os").path.exists(sys.argv[1]) else []
-print("| model | mode | rows x tokens | measured peak GiB | plan GiB | plan / measured | host RSS GiB (plan) | step s | s per token |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| model | mode | rows x tokens | measured peak GiB (allocated) | reserved peak GiB | plan GiB | plan / measured | host RSS GiB (plan) | step s | s per token |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     m, p = r["measured"], r["plan"]
     compared = p["activations"] if r["mode"] == "activations" else p["peak"]
     peak = m["train_peak_gib"] - (m["states_gib"] if r["mode"] == "activations" else 0)
     host = f"{m['host_peak_rss_gib']:.1f} ({p['host']:.1f})" if "host" in p else f"{m['host_peak_rss_gib']:.1f}"
     held = " (held out)" if r.get("held_out") else ""
-    print(f"| {r['size']} | {r['mode']}{held} | {r['micro']} x {r['max_len']} | {peak:.2f} | {compared:.2f} | {r['plan_over_measured']:.2f} | {host} | "
+    reserved = f"{m['reserved_peak_gib']:.2f}" if "reserved_peak_gib" in m else "-"
+    print(f"| {r['size']} | {r['mode']}{held} | {r['micro']} x {r['max_len']} | {peak:.2f} | {reserved} | {compared:.2f} | {r['plan_over_measured']:.2f} | {host} | "
           f"{sorted(m['step_s'])[len(m['step_s']) // 2]:.3f} | {m['s_per_token']:.2e} |")
 EOF
 cat "$OUT/table.md"

@@ -14,9 +14,9 @@
 # - group-normalised advantages (--algo.advantage.estimator group_norm, GRPO's) and no KL
 #   term (--algo.kl.init_coef 0, no reference model).
 #
-# Hardware: 1 node x 8 GPUs (80 GB each: A100/H100), 256+ GB host RAM (the offloaded Adam
-#   states, 91 GB, see ADAM_OFFLOAD), flash-attn installed (optional: without it, no packing
-#   and sdpa attention, see PACKING). Other sizes: GPUS_PER_NODE, NNODES (below).
+# Hardware: 1 node x 8 GPUs (A100/H100 80GB), a host of 256 GiB (216.5 GiB planned there,
+#   most of it the offloaded optimizer states, see ADAM_OFFLOAD), flash-attn installed (optional:
+#   without it, no packing and sdpa attention, see PACKING). Other sizes: GPUS_PER_NODE, NNODES.
 # Layout (GPUS_PER_NODE x NNODES GPUs, 8 x 1 by default, nothing colocated; recipe_lib.sh's
 #   qwen7b_layout): a DeepSpeed ZeRO-3 actor on half of them (ACTOR_GPUS: 4) and vLLM
 #   engines of VLLM_TP GPUs on the rest (4 engines, tensor parallel 1, prefix caching on, so
@@ -26,14 +26,17 @@
 #   while the actor trains (--speed.feed_during_training on; the engines' queue bounded at
 #   2 x 16 x 24 = 768 responses, --speed.max_inflight_responses), which needs GPUs of their own,
 #   and it does not drive vLLM's sleep mode (--vllm.enable_sleep) that colocation needs.
-# Memory per actor GPU (7.6e9 parameters, ZeRO-3 over 4 GPUs): bf16 weights 2 B + bf16
-#   gradients 2 B per parameter = 7.6 GB on the GPU; fp32 master weights + Adam m, v
-#   (12 B/param = 23 GB per GPU, 91 GB in all) on the host (--ds.adam_offload, DeepSpeed's
-#   cpu_adam). Without the offload (ADAM_OFFLOAD=0, fused_adam) it is 16 B/param = 30 GB
-#   per GPU before activations and gathered layers: it fits 80 GB from 4 actor GPUs on (on
-#   2 it is 61 GB, too close) and spares the host RAM and the CPU Adam step. vLLM: 15 GB
-#   of weights, the rest of --vllm.gpu_memory_utilization 0.9 is KV cache (~55 GB, ~1M
-#   tokens per engine).
+# Memory, as the dry run's plan prints it (`bash SCRIPT --dry_run`; 7.62e9 parameters, ZeRO-3
+#   over 4 actor GPUs of 79.2 GiB): per actor GPU 5.6 GiB of model states (DeepSpeed's own
+#   estimate: bf16 weights and gradients, the largest layer gathered) + ~17.5 GiB of activations
+#   at the log-prob forward (~15.5 GiB training) + ~3.0 GiB runtime = 26.0 GiB. On the host
+#   (--ds.adam_offload, DeepSpeed's cpu_adam) 170.2 GiB of fp32 weights, gradients and Adam m, v
+#   (16 B per parameter x DeepSpeed's 1.5 buffer factor), 216.5 GiB on the node with the HF
+#   export (14.2 GiB) and 8 GPU processes (~32.0 GiB). Without the offload (ADAM_OFFLOAD=0,
+#   fused_adam) the states stay on the actor's GPUs: it fits from 4 of them on (the plan refuses
+#   ACTOR_GPUS=2 and names the fix) and spares the host RAM and the CPU Adam step.
+#   vLLM per engine: 14.2 GiB of weights and, of --vllm.gpu_memory_utilization 0.9, 55.1 GiB of
+#   KV cache (1.03M tokens).
 #
 # Paper settings: 16 prompts per training step (--rollout.batch_size), 64 prompts in flight
 #   for screening (--speed.max_inflight_prompts), 4 + 20 responses per prompt, temperature

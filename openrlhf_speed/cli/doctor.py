@@ -5,6 +5,7 @@ what is missing, and the exact fix for each missing thing, as one table:
     openrlhf-speed doctor --skip_engine         # without the engine (about a minute faster)
     openrlhf-speed doctor --ray_address HEAD:6379 --save_path /shared/ckpt
     openrlhf-speed doctor --plan --skip_engine -- examples/scripts/train_speed_rloo_qwen7b.sh
+    openrlhf-speed doctor --wheelhouse DIR      # only: which pins a wheelhouse lacks (--stack cpu)
 
 Rows: the machine (GPUs, or the CPU mode with its bf16 support), NVIDIA driver, torch and its
 CUDA, nvcc, NCCL (an all-reduce over 2 GPUs when there are 2), DeepSpeed's CPU Adam and
@@ -13,6 +14,9 @@ Transformer Engine, a vLLM engine on the proving-ground CI model generating a fe
 GPUs per node, and free disk for checkpoints. With `--plan`, one more row: the memory plan
 (cli/memory_plan.py) of the run named after `--` (train flags, or a recipe and its flags),
 from its dry run given this node's GPU memory and the cluster's (else this node's) host RAM.
+
+With `--wheelhouse DIR` it checks that folder alone (cli/wheelhouse.py): one row per pin of
+the GPU stack (`--stack cpu`: the CPU stack) it lacks, exit 1 when a required one is missing.
 
 Exit status: 0 on a CPU machine (the CPU mode needs none of the GPU pieces); on a GPU machine 1
 when a required piece is missing (driver, CUDA torch, NCCL, DeepSpeed's Adam ops, vLLM, a Ray
@@ -283,6 +287,19 @@ def judge_plan(facts: dict) -> list:
                 verdict.split("; fix: ", 1)[-1], required=True)]
 
 
+def judge_wheelhouse(folder: str, stack: str) -> list:
+    """One row per pin the wheelhouse lacks (an optional one warns), else one row saying it holds them all."""
+    from openrlhf_speed.cli import wheelhouse as wh
+
+    if not os.path.isdir(folder):
+        return [Row("wheelhouse", FAIL, f"{folder} is not a folder", wh.fix(stack).replace("DIR", folder),
+                    required=True)]
+    lacking, optional = wh.check(folder, stack)
+    rows = [Row("wheelhouse", FAIL, line, wh.fix(stack), required=True) for line in lacking]
+    rows += [Row("wheelhouse", WARN, line, "optional: the set-up goes on without it") for line in optional]
+    return rows or [Row("wheelhouse", OK, f"{folder} holds every pin of the {stack} stack")]
+
+
 def judge(facts: dict, min_free_gb: float) -> list:
     rows = judge_machine(facts) + [judge_driver(facts), judge_torch(facts), judge_nvcc(facts), judge_nccl(facts)]
     rows += judge_ds_ops(facts)
@@ -361,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add the memory plan of the run named after `--`: train flags, or a recipe and its extra "
                    "flags (openrlhf-speed doctor --plan -- examples/scripts/train_speed_rloo_qwen7b.sh), checked "
                    "against this node's GPUs and the cluster's host memory")
+    p.add_argument("--wheelhouse", default=None, metavar="DIR",
+                   help="check only this wheelhouse folder (make wheelhouse): one row per pin it lacks")
+    p.add_argument("--stack", choices=("gpu", "cpu"), default="gpu", help="the stack --wheelhouse is for")
     return p
 
 
@@ -373,6 +393,12 @@ def main(argv=None) -> int:
         parser.error("--plan and the run after `--` go together: openrlhf-speed doctor --plan -- TRAIN_FLAGS "
                      "(or -- examples/scripts/RECIPE.sh [its extra flags])")
     args.run = run
+    if args.wheelhouse:
+        rows = judge_wheelhouse(args.wheelhouse, args.stack)
+        status = 1 if any(r.status == FAIL for r in rows) else 0
+        print(json.dumps({"rows": [dataclasses.asdict(r) for r in rows], "exit": status}, indent=1) if args.json
+              else f"{format_table(rows)}\n\nwheelhouse {args.wheelhouse} ({args.stack} stack): exit {status}")
+        return status
     facts = gather(args)
     on_gpu = gpu_machine(facts)
     rows = judge(facts, args.min_free_gb if args.min_free_gb is not None else (100.0 if on_gpu else 5.0))

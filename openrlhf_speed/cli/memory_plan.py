@@ -126,8 +126,8 @@ def make_plan(d: ModelDims, lay: Layout, hw: Hardware) -> dict:
 def format_plan(plan: dict) -> str:
     if "error" in plan:
         return f"[openrlhf-speed] memory plan: not made: {plan['error']}"
-    margin = (f"~ marks an estimate (+-{plan['estimate_margin']:.0%}; the activations were within 15% of peaks "
-              "measured on an H200 at 0.5B-7B, the runtime overheads are not measured)")
+    margin = (f"~ marks an estimate (+-{plan['estimate_margin']:.0%}; the activations were fitted to peaks allocated "
+              "on one H200 at 0.5B-7B, one GPU a case; the runtime overheads are not measured)")
     lines = ["[openrlhf-speed] memory plan", f"  model: {plan['model']['describe']}",
              f"  hardware: {plan['hardware']['source']}", f"  {margin}"]
     if plan.get("note"):

@@ -243,6 +243,9 @@ def main():
     warm = measured["step_s"][1:] or measured["step_s"]
     measured["s_per_token"] = statistics.median(warm) / tokens
     measured["host_peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    # The allocator's reserved peak beside the allocated one the plan is compared with: what
+    # nvidia-smi and an out-of-memory error see (the allocator's cache and fragmentation).
+    measured["reserved_peak_gib"] = torch.cuda.max_memory_reserved() / 2**30 if on_gpu else 0.0
     res = {"size": ns.size, "mode": ns.mode, "micro": ns.micro, "max_len": ns.max_len, "tokens_per_step": tokens,
            "device": torch.cuda.get_device_name() if on_gpu else "cpu", "torch": torch.__version__,
            "measured": measured, "plan": plan_figures(ns, config)}
