@@ -167,8 +167,11 @@ class Scheduler:
         if decision.verdict in (ACCEPT, REJECT):
             self.history.finish(state.prompt_index, int(np.sum(all_rewards >= threshold)), len(all_rewards))
         self._count_reason(decision.reason)
-        if len(state.responses) == req.n:  # the first look at this prompt: its screening
-            self._count_screening(rewards, passed=decision.verdict != REJECT)
+        # A screening is counted once, at the look that decides it: the first for every strategy
+        # but speed_seq, whose all-equal first half may ask for the rest (REQUEST in PHASE_SCREEN).
+        more = decision.verdict == REQUEST and decision.phase == PHASE_SCREEN
+        if req.phase != PHASE_CONTINUE and not more:
+            self._count_screening(all_rewards, passed=decision.verdict != REJECT)
         self._apply(state, decision)
 
     def pop_batch(self) -> Optional[Batch]:

@@ -126,3 +126,18 @@ def test_state_survives_a_checkpoint():
     for t in a.tag_weights:
         np.testing.assert_allclose(a.tag_weights[t], b.tag_weights[t])
     assert (a.spent, a.qualified) == (b.spent, b.qualified)
+
+
+def test_a_screening_in_two_halves_counts_once_when_it_is_decided():
+    rates = [0.0 if i % 3 == 0 else 0.4 for i in range(300)]
+    tags = [1 if i % 3 == 0 else 0 for i in range(300)]
+    batches, requests, sched = _simulate("speed_seq", rates, tags)
+    visits = {(r.prompt_index, r.epoch) for r in requests}
+    totals = sched.totals()
+    # one count per visit, once decided: the second half of a screening is not a second screening
+    assert len(visits) - sched.inflight_prompts <= totals["prompts_screened"] <= len(visits)
+    assert sum(1 for r in requests if r.phase == PHASE_SCREEN) > len(visits)  # some asked for the rest
+    # qualified screenings are the visits that asked for a continuation (the last ones may not be
+    # handed out yet when the run stops)
+    continued = {(r.prompt_index, r.epoch) for r in requests if r.phase == PHASE_CONTINUE}
+    assert len(continued) <= totals["prompts_qualified"] <= len(continued) + sched.inflight_prompts
