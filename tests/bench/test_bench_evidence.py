@@ -2,6 +2,8 @@
 bootstrap interval of a speedup and its verdict, the GPU projection's arithmetic, the mechanism
 columns and their rendering in the report."""
 
+import os
+
 import pytest
 
 from openrlhf_speed.bench import aggregate as agg
@@ -209,3 +211,23 @@ def test_a_curriculum_with_another_n_init_gets_its_own_intervals():
     assert list(e["intervals_measured"]) == ["speed@8_over_uniform"]  # cures is not one of ours
     assert e["intervals_measured"]["speed@8_over_uniform"]["point"] == pytest.approx(16.5 / 5.5)
     assert ev.is_ours("speed_bayes@8") and not ev.is_ours("dapo@8")
+
+
+def test_the_projection_and_advise_read_one_cost_ratio_off_a_run():
+    """The bench's cost model and `advise --from_run` time training alike (payoff.step_totals:
+    experience + update + weight sync), so on one run they give one ratio."""
+    import types
+
+    from openrlhf_speed.bench import evidence
+    from openrlhf_speed.bench.report import load_run
+    from openrlhf_speed.cli import advise
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "proving-v5", "avx512", "off-r1")
+    run = load_run(os.path.join(path, "metrics.jsonl"))
+    model = evidence.cost_model({"off-r1": run}, {"off-r1": "off"}, 16 * 24)
+    ratio, source = advise.cost_ratio(types.SimpleNamespace(from_run=path, cost_ratio=None))
+    assert model["anchor"] == "off" and model["measured_ratio"] == pytest.approx(ratio, rel=1e-12)
+    # and the projection's seconds per trained token are that training time over the trained tokens
+    steps = [st for st in run["steps"]]
+    trained = sum(st["speed/tokens_trained"] for st in steps)
+    assert model["s_per_train_token"] == pytest.approx(source["training_s_per_step"] * len(steps) / trained)
