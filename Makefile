@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-gpu wheelhouse wheelhouse-cpu check-gpu-setup check-gpu-resolve test-gpu train proving bench-proving bench-proving-v4 soak scale test test-fast test-extra test-all clean
+.PHONY: train-smollm2 bench-regime setup setup-gpu wheelhouse wheelhouse-cpu check-gpu-setup check-gpu-resolve test-gpu train proving bench-proving bench-proving-v4 soak scale test test-fast test-extra test-all clean
 # WHEELHOUSE=DIR (setup, setup-gpu): install from that folder alone, pip --no-index, for a node
 # that reaches no package index; what it lacks is refused first, one line a pin.
 WHEELHOUSE ?=
@@ -37,7 +37,12 @@ PYTHON ?= python3.11
 check-gpu-resolve:
 	$(PYTHON) scripts/check_gpu_resolve.py
 
+# The default job: SPEED on the shipped proving-ground model, held-out accuracy before and after
+# (minutes on 2 cores); train-smollm2: the embedded SmolLM2-135M-Instruct on generated arithmetic.
 train: setup
+	OPENRLHF_SPEED_RERUN="make train" bash examples/scripts/train_speed_rloo_proving_cpu.sh
+
+train-smollm2: setup
 	bash examples/scripts/train_speed_rloo_smollm2_cpu.sh
 
 # The proving-ground model ships with the package; `proving` rebuilds it and compares with the shipped one.
@@ -52,7 +57,8 @@ proving: setup
 # goes on with a stopped one. bench-proving-v4 is the published v4 table (30 steps): on a new machine,
 # mkdir -p runs && cp -r benchmarks/proving-v4/avx2 runs/bench_proving first, then BENCH_ARGS=--resume.
 BENCH_ARGS ?=
-BENCH_KIND ?= $(shell $(PY) -c "import torch; print(torch.backends.cpu.get_cpu_capability().lower())" 2>/dev/null)
+# avx2, avx512 (with native bf16, the published v4/v5 kind) or avx512-nobf16 (AVX512 without it).
+BENCH_KIND ?= $(shell $(PY) -c "import torch; from openrlhf_speed.compat.precision import cpu_precision as c; k = torch.backends.cpu.get_cpu_capability().lower(); print(k + ('-nobf16' if k == 'avx512' and not c().native_bf16 else ''))" 2>/dev/null)
 bench-proving: setup
 	$(VENV)/bin/openrlhf-speed bench --mode proving --out runs/bench_proving_v5 --publish benchmarks/proving-v5/$(BENCH_KIND) \
 		--publish_docs docs/proving-v5/$(BENCH_KIND) $(BENCH_ARGS)
@@ -60,6 +66,14 @@ bench-proving: setup
 bench-proving-v4: setup
 	$(VENV)/bin/openrlhf-speed bench --mode proving-v4 --out runs/bench_proving --publish benchmarks/proving-v4/$(BENCH_KIND) \
 		--publish_docs docs/proving-v4/$(BENCH_KIND) $(BENCH_ARGS)
+
+# The regime map's cells (docs/benchmarks.md, "The regime map"): CELL = high-b4, high or low, each
+# `off` calibration first (BENCH_ARGS="--curricula off"), then every curriculum seed by seed with
+# --resume; `openrlhf-speed regime-map` then rebuilds the map from every published cell.
+CELL ?= high-b4
+bench-regime: setup
+	$(VENV)/bin/openrlhf-speed bench --mode proving-$(CELL) --out runs/regime/$(CELL) --publish benchmarks/regime/$(CELL)/$(BENCH_KIND) \
+		--publish_docs docs/regime/$(CELL)/$(BENCH_KIND) $(BENCH_ARGS)
 
 # Long-run checks, not in CI. soak: 1,000 steps each of speed, greso and speed_bayes on the proving
 # model, recorded every 50 steps and checked for growth (hours on 2 cores; rerun to go on after a stop).

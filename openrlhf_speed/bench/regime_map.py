@@ -30,9 +30,9 @@ CELLS = (
     ("v4", "benchmarks/proving-v4/avx512", "avx512"),
     ("v4-avx2", "benchmarks/proving-v4/avx2", "avx2"),
     ("v5", "benchmarks/proving-v5/avx512", "avx512"),
-    ("high-b4", "benchmarks/regime/high-b4/avx2", "avx2"),
-    ("high", "benchmarks/regime/high/avx2", "avx2"),
-    ("low", "benchmarks/regime/low/avx2", "avx2"),
+    ("high-b4", "benchmarks/regime/high-b4/avx512-nobf16", "avx512-nobf16"),
+    ("high", "benchmarks/regime/high/avx512-nobf16", "avx512-nobf16"),
+    ("low", "benchmarks/regime/low/avx512-nobf16", "avx512-nobf16"),
 )
 
 
