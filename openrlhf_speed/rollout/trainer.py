@@ -113,6 +113,9 @@ def group_token_metrics(rollout_samples, n: int) -> dict:
 def step_line(step: int, status: dict) -> str:
     """One console line per training step: what a user watches."""
     parts = [f"step {step}"]
+    gen, lost = status.get("speed/tokens_generated"), status.get("speed/tokens_discarded")
+    if gen and lost is not None and lost == lost:  # the step's generated tokens thrown away (screenings, filters)
+        status = {**status, "speed/discarded_share": lost / gen}
     for key, label, fmt in (
         ("rollout/reward_mean", "reward", "{:.3f}"),
         ("rollout/response_length_mean", "resp_len", "{:.1f}"),
@@ -120,6 +123,7 @@ def step_line(step: int, status: dict) -> str:
         ("actor_grad_norm", "grad_norm", "{:.3f}"),
         ("speed/qualification_rate", "qualified", "{:.2f}"),
         ("speed/useful_token_share_cum", "useful_tokens", "{:.2f}"),
+        ("speed/discarded_share", "discarded", "{:.2f}"),
         ("speed/buffer_size", "buffer", "{:.0f}"),
         ("speed/staleness_screen_mean", "staleness", "{:.2f}"),
         ("driver/tokens_returned", "gen_tokens", "{:.0f}"),
@@ -211,7 +215,7 @@ def make_trainer_class(upstream_actor_class):
         def _curriculum_done(self) -> bool:
             """The SPEED curriculum has no batch left: every later episode of upstream's loop is empty."""
             gen = self.samples_generator
-            return self.speed and (gen._step_limit_reached() or gen.scheduler.exhausted)
+            return self.speed and (gen.step_limit_reached() or gen.scheduler.exhausted)
 
         def _generation_only_step(self, rollout_samples, global_step):
             """train_step without experience, training or weight sync (--train.generation_only)."""
@@ -231,8 +235,8 @@ def make_trainer_class(upstream_actor_class):
             gen = self.samples_generator
             drain_s = gen.drain()
             record = {"event": "drain", "train_wall_s": self._train_wall_s(), "timing_parts/drain": drain_s,
-                      "timing_parts/curriculum_overhead": gen._overhead_s, **gen.pop_counts()}
-            gen._overhead_s = 0.0
+                      "timing_parts/curriculum_overhead": gen.overhead_s, **gen.pop_counts()}
+            gen.overhead_s = 0.0
             print(f"[openrlhf-speed] generation only: drained {record['driver/responses_returned']:.0f} responses "
                   f"({record['driver/tokens_returned']:.0f} tokens) in {drain_s:.1f}s after the last step", flush=True)
             self._log_jsonl(record)

@@ -94,6 +94,11 @@ EXPECTED = {
         "megatron.dtype": "bf16", "megatron.sequence_parallel": False, "megatron.vocab_divisible_by": 1,
         "ds.packing_samples": False, "ds.adam_offload": False,
     },
+    "train_speed_rloo_proving_cpu.sh": {
+        "speed.strategy": "speed", "speed.n_init": 4, "rollout.batch_size": 16, "rollout.n_samples_per_prompt": 24,
+        "algo.advantage.estimator": "rloo", "eval.steps": 6, "eval.at_start": True,
+        "ds.param_dtype": "fp32", **RESUMABLE, "ckpt.save_steps": 6,
+    },
     "train_speed_rloo_smollm2_cpu.sh": {
         "speed.strategy": "speed", "speed.n_init": 4, "rollout.batch_size": 8, "rollout.n_samples_per_prompt": 8,
         "algo.advantage.estimator": "rloo", **RESUMABLE,
@@ -266,8 +271,9 @@ def test_dry_run_resolves_the_recipe(recipe, dry_runs, inputs):
     assert curriculum["strategy"] == config["speed"]["strategy"]
 
     gpus = header_gpus((SCRIPTS / recipe).read_text())
-    if gpus is None:  # CPU recipe: the embedded model and data; resumable, nothing to resume yet
-        assert config["actor"]["model_name_or_path"].endswith("SmolLM2-135M-Instruct-bf16-v2")
+    if gpus is None:  # CPU recipe: a shipped model and its data; resumable, nothing to resume yet
+        shipped = "proving-full-v5" if "proving" in recipe else "SmolLM2-135M-Instruct-bf16-v2"
+        assert config["actor"]["model_name_or_path"].endswith(shipped)
         assert config["ckpt"]["path"] == str(Path(inputs["OUT"]) / recipe / "ckpt")
         assert "[openrlhf-speed] no complete checkpoint in " in dry_runs[recipe].result().stdout
         return

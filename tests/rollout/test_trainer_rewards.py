@@ -42,6 +42,12 @@ def test_step_line_leaves_out_a_curriculum_figure_that_does_not_apply():
     assert "loss nan" in step_line(3, {"policy_loss": float("nan")})  # a NaN loss is shown, not hidden
 
 
+def test_step_line_shows_the_share_of_generated_tokens_thrown_away():
+    line = step_line(2, {"speed/tokens_generated": 2000.0, "speed/tokens_discarded": 500.0, "speed/buffer_size": 3})
+    assert "discarded 0.25 | buffer 3" in line
+    assert "discarded" not in step_line(2, {"speed/tokens_generated": 0.0, "speed/tokens_discarded": 0.0})
+
+
 def response(reward, length):
     return SimpleNamespace(rewards=torch.tensor([reward]), response_length=torch.tensor([length]))
 
