@@ -5,7 +5,7 @@
 #   bash scripts/bootstrap.sh --gpu --check   only the checks and build plan of --gpu
 # VENV names another venv, PYTHON another interpreter (python3.11). WHEELHOUSE=DIR installs
 # from that folder alone (pip --no-index --find-links DIR: a node that reaches no index), after
-# checking that it holds every pin (openrlhf_speed/cli/wheelhouse.py: one line per missing one);
+# checking that it holds every pin (openrlhf_speed/probes/wheelhouse.py: one line per missing one);
 # `make wheelhouse` (GPU) or `make wheelhouse-cpu` fills it where pip reaches an index.
 #
 # Order matters: torch first, then everything else under the constraints file so pip can
@@ -48,7 +48,7 @@ step() { echo "[bootstrap] $*"; }
 die() { echo "[bootstrap] error: $*" >&2; exit 1; }
 INDEX=""
 if [ -n "${WHEELHOUSE:-}" ]; then  # what it lacks is said, one line a pin, before anything is made
-  "$PY" -m openrlhf_speed.cli.wheelhouse "$WHEELHOUSE" --stack $MODE || exit 1
+  "$PY" -m openrlhf_speed.probes.wheelhouse "$WHEELHOUSE" --stack $MODE || exit 1
   INDEX="--no-index --find-links=$(realpath "$WHEELHOUSE")"
 fi
 # Before a venv or a download: what the compiled parts need (exports what their builds read).

@@ -1,6 +1,6 @@
 """Every vLLM name that OpenRLHF 0.11.2's engine wrapper (openrlhf/trainer/ray/vllm_engine.py,
 vllm_worker_wrap.py, utils/distributed_util.py) and this project (rollout/, cli/replay.py,
-cli/memory_parts.py) use, checked against the installed vLLM: the name exists, and each
+memory/parts.py) use, checked against the installed vLLM: the name exists, and each
 keyword they pass is a parameter (or a field, for the engine arguments). Prints one line per
 name that is missing or changed, and `vllm X: every name ...` when none is.
 

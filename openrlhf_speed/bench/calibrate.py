@@ -24,7 +24,7 @@ import math
 import statistics
 from pathlib import Path
 
-from openrlhf_speed.bench.levels import final_of
+from openrlhf_speed.bench.levels import final_accuracy
 from openrlhf_speed.bench.report import load_run
 
 MIN_HORIZON = 100
@@ -33,11 +33,11 @@ CLOCK_BUDGET_S = 25 * 60
 
 def _mean_at(evals: list, end_step: float) -> float:
     """Mean accuracy of the two evaluations after step 0 ending at `end_step` (the nearest at or
-    before it): the bench's `off_final` rule (levels.final_of) cut at that step."""
+    before it): the bench's `off_final` rule (levels.final_accuracy) cut at that step."""
     upto = [e for e in evals if 0 < e["step"] <= end_step + 1e-9]
     if len(upto) < 2:
         raise ValueError(f"fewer than two evaluations up to step {end_step:g}")
-    return final_of(upto)
+    return final_accuracy(upto)
 
 
 def read_runs(runs_dir: Path) -> tuple[list[dict], list[str]]:

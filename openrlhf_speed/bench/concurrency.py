@@ -27,7 +27,7 @@ import math
 import os
 from typing import Optional
 
-from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import aggregate
 
 # (max_num_seqs, output tokens/s); arXiv 2503.08311 Fig. 2 data, Llama-2-7B fp16, 1x H100 64 GB,
 # vLLM 0.5.2 (V0), ShareGPT prompts (~113 in / ~323 out tokens), request rate inf.
@@ -59,7 +59,7 @@ def step_concurrency(step: dict, responses: int) -> Optional[float]:
     """Sequences in flight during the step: the driver's mean outstanding responses, else (for
     `off`, OpenRLHF's own generation) the whole batch of B x N responses submitted at once."""
     v = step.get("driver/outstanding_mean")
-    if v is not None and not agg.is_nan(v) and v > 0:
+    if v is not None and not aggregate.is_nan(v) and v > 0:
         return float(v)
     return float(responses) if responses else None
 
@@ -82,16 +82,16 @@ def projected_clocks(runs: dict, groups: dict, responses: int, batch: int, curve
     """({run key: cumulative clock per step}, model) priced by throughput at concurrency; ({}, None)
     without off or uniform runs to anchor the price. scale multiplies the proving run's concurrency to
     the recipe's (default: the paper's 256 prompts a step / the run's batch)."""
-    from openrlhf_speed.bench import evidence as ev
+    from openrlhf_speed.bench import evidence
 
-    base = ev.cost_model(runs, groups, responses)
+    base = evidence.cost_model(runs, groups, responses)
     if not base:
         return {}, None
     scale = scale if scale is not None else PAPER_PROMPTS_PER_STEP / max(batch, 1)
-    filled = {k: ev.with_tokens(r["steps"], responses) for k, r in runs.items()}
+    filled = {k: evidence.with_tokens(r["steps"], responses) for k, r in runs.items()}
     # Anchor (off's, else uniform's): its mean per-token generation price equals the linear model's.
     uni = [st for k, steps in filled.items() if groups.get(k, k) == base["anchor"] for st in steps]
-    weights = [(agg.num(st, "speed/tokens_generated"), step_concurrency(st, responses)) for st in uni]
+    weights = [(aggregate.num(st, "speed/tokens_generated"), step_concurrency(st, responses)) for st in uni]
     tokens = sum(t for t, c in weights if c)
     if not tokens:
         return {}, None
@@ -102,9 +102,9 @@ def projected_clocks(runs: dict, groups: dict, responses: int, batch: int, curve
         out, total = [0.0], 0.0
         for st in steps:
             c = step_concurrency(st, responses)
-            gen = agg.num(st, "speed/tokens_generated")
+            gen = aggregate.num(st, "speed/tokens_generated")
             price = k / throughput(curve["points"], c * scale) if c else base["ratio"] * base["s_per_train_token"]
-            total += base["s_per_train_token"] * agg.num(st, "speed/tokens_trained") + price * gen
+            total += base["s_per_train_token"] * aggregate.num(st, "speed/tokens_trained") + price * gen
             out.append(total)
         clocks[key] = out
     return clocks, {"source": curve["source"], "scale": scale, **base}

@@ -17,11 +17,11 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import aggregate
 from openrlhf_speed.curriculum import payoff
 
 OURS = ("speed", "greso", "speed_bayes", "speed_seq")
-BASELINES = agg.BASELINES  # one list for the speedups line, the claims and the intervals
+BASELINES = aggregate.BASELINES  # one list for the speedups line, the claims and the intervals
 ANCHORS = ("off", "uniform")
 # Host speed indices of the runs farther apart than this make their clocks hard to compare.
 HOST_SPREAD_WARN = 1.10
@@ -76,25 +76,36 @@ def cost_model(runs: dict, groups: dict, responses: int) -> Optional[dict]:
     if not steps or not gen or not trained or not train_s:
         return None
     measured = payoff.cost_ratio_from_steps(steps)["ratio"] if t["generation_s"] > 0 else None
-    return {"anchor": name, "ratio": agg.cost_ratio(gen / len(steps), trained / len(steps)),
-            "s_per_train_token": train_s / trained, "gen_over_train": agg.GEN_OVER_TRAIN,
+    return {"anchor": name, "ratio": aggregate.cost_ratio(gen / len(steps), trained / len(steps)),
+            "s_per_train_token": train_s / trained, "gen_over_train": aggregate.GEN_OVER_TRAIN,
             "measured_ratio": measured}
 
 
-def per_run(runs: dict, groups: dict, target: Optional[float], responses: int) -> tuple[dict, Optional[dict]]:
-    """({run key: interpolated and grid time/step to target, projected clocks, mechanism}, cost model)."""
+def projection(runs: dict, groups: dict, responses: int) -> tuple[Optional[dict], dict]:
+    """(cost model, {run key: cumulative projected clock per step}): the per-token GPU projection
+    of every run, computed once for the evidence (per_run) and the level table
+    (levels.clock_sets' projected_linear); (None, {}) without a cost model."""
     model = cost_model(runs, groups, responses)
+    if not model:
+        return None, {}
+    return model, {key: aggregate.projected_clock(with_tokens(run["steps"], responses), model["ratio"],
+                                                  model["s_per_train_token"]) for key, run in runs.items()}
+
+
+def per_run(runs: dict, groups: dict, target: Optional[float], responses: int, clocks: dict) -> dict:
+    """{run key: interpolated and grid time/step to target, projected clocks, mechanism};
+    clocks: projection's, {} without a cost model."""
     rows = {}
     for key, run in runs.items():
         steps = with_tokens(run["steps"], responses)
-        t, step = agg.interpolate_to_target(run["evals"], target) if target is not None else (None, None)
+        t, step = aggregate.interpolate_to_target(run["evals"], target) if target is not None else (None, None)
         row = {"curriculum": groups.get(key, key), "time_to_target_interp_s": t, "steps_to_target_interp": step,
-               "host_eval_tok_s": host_speed(run["evals"]), **agg.mechanism(steps)}
-        if model:
-            clock = agg.projected_clock(steps, model["ratio"], model["s_per_train_token"])
-            row.update(projected_total_s=clock[-1], projected_time_to_target_s=agg.clock_at_step(clock, step))
+               "host_eval_tok_s": host_speed(run["evals"]), **aggregate.mechanism(steps)}
+        if key in clocks:
+            clock = clocks[key]
+            row.update(projected_total_s=clock[-1], projected_time_to_target_s=aggregate.clock_at_step(clock, step))
         rows[key] = row
-    return rows, model
+    return rows
 
 
 def intervals(rows: dict, key: str) -> dict:
@@ -105,28 +116,31 @@ def intervals(rows: dict, key: str) -> dict:
     out = {}
     for ours in (c for c in by if is_ours(c)):
         for base in (b for b in BASELINES if b in by):
-            ci = agg.bootstrap_ratio(by[base], by[ours])
+            ci = aggregate.bootstrap_ratio(by[base], by[ours])
             few = min(len(by[base]), len(by[ours]))
             if ci and few < 2:  # resampling one run gives a zero-width interval, which would read as resolved
                 out[f"{ours}_over_{base}"] = {"point": ci[0], "verdict": "not resolved (one run of a curriculum: an "
                                               "interval needs 2 or more runs of each)"}
                 continue
-            out[f"{ours}_over_{base}"] = ({"point": ci[0], "low": ci[1], "high": ci[2], "verdict": agg.resolution(ci)}
+            out[f"{ours}_over_{base}"] = ({"point": ci[0], "low": ci[1], "high": ci[2],
+                                          "verdict": aggregate.resolution(ci)}
                                          if ci else {"verdict": "not measured (a run did not reach the target)"})
     return out
 
 
-def build(runs: dict, groups: dict, target: Optional[float], settings: Optional[dict]) -> dict:
-    """The evidence section of results.json."""
+def build(runs: dict, groups: dict, target: Optional[float], settings: Optional[dict],
+          projected: tuple[Optional[dict], dict]) -> dict:
+    """The evidence section of results.json; projected: projection's (model, clocks)."""
     s = settings or {}
     responses = int(s.get("batch", 0) or 0) * int(s.get("n", 0) or 0)
-    rows, model = per_run(runs, groups, target, responses)
+    model, clocks = projected
+    rows = per_run(runs, groups, target, responses, clocks)
     hosts = [r["host_eval_tok_s"] for r in rows.values() if r.get("host_eval_tok_s")]
     return {"runs": rows, "cost_model": model,
             "host_spread": max(hosts) / min(hosts) if hosts else None,
             "intervals_measured": intervals(rows, "time_to_target_interp_s"),
             "intervals_projected": intervals(rows, "projected_time_to_target_s") if model else {},
-            "bootstrap": {"reps": agg.B_REPS, "seed": agg.B_SEED, "level": 0.95}}
+            "bootstrap": {"reps": aggregate.B_REPS, "seed": aggregate.B_SEED, "level": 0.95}}
 
 
 def _cell(ci: dict) -> str:
@@ -138,7 +152,7 @@ def _cell(ci: dict) -> str:
 
 
 def _f(x, spec: str) -> str:
-    return "-" if x is None or agg.is_nan(x) else format(x, spec)
+    return "-" if x is None or aggregate.is_nan(x) else format(x, spec)
 
 
 def markdown(ev: dict) -> list:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import aggregate
 
 LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 ABOVE = (1.1, 1.2, 1.3, 1.5)
@@ -34,7 +34,7 @@ HEADLINE = 1.0
 BASE = "off"
 
 
-def final_of(evals: list, last: int = 2) -> float:
+def final_accuracy(evals: list, last: int = 2) -> float:
     """Mean accuracy of a run's last `last` evaluations after step 0 (NaN without any)."""
     later = [e["eval_accuracy"] for e in sorted(evals, key=lambda e: e["step"]) if e["step"] > 0][-last:]
     return sum(later) / len(later) if later else float("nan")
@@ -42,8 +42,8 @@ def final_of(evals: list, last: int = 2) -> float:
 
 def base_final(runs: dict, groups: dict, base: str = BASE) -> Optional[dict]:
     """{'start', 'final', 'finals'}: the mean step-0 accuracy over every run and the mean over
-    the base curriculum's runs of final_of; None without base runs or evaluations."""
-    finals = [final_of(r["evals"]) for k, r in runs.items() if groups.get(k, k) == base]
+    the base curriculum's runs of final_accuracy; None without base runs or evaluations."""
+    finals = [final_accuracy(r["evals"]) for k, r in runs.items() if groups.get(k, k) == base]
     starts = [e["eval_accuracy"] for r in runs.values() for e in r["evals"] if e["step"] == 0]
     if not finals or not starts or any(math.isnan(x) for x in finals):
         return None
@@ -79,7 +79,7 @@ def _ratio(base: list, ours: list) -> dict:
     if any(t is None for t in base):
         return {"verdict": "not measured (a baseline run has no clock)"}
     times = [t[1] if isinstance(t, tuple) else t for t in base]
-    ci = agg.bootstrap_ratio(times, ours)
+    ci = aggregate.bootstrap_ratio(times, ours)
     if ci is None:
         return {"verdict": "not measured (a time of 0 s)"}
     cell = {"point": ci[0], "low": ci[1], "high": ci[2]}
@@ -91,22 +91,19 @@ def _ratio(base: list, ours: list) -> dict:
         lead = "faster" if ci[1] > 1.0 else "not resolved"
         cell["verdict"] = f"{lead}, a floor ({len(censored)}/{len(base)} baseline runs did not reach it)"
         return cell
-    cell["verdict"] = agg.resolution(ci)
+    cell["verdict"] = aggregate.resolution(ci)
     return cell
 
 
-def clock_sets(runs: dict, groups: dict, responses: int, batch: int, cpu_curve: Optional[dict] = None) -> dict:
+def clock_sets(runs: dict, groups: dict, responses: int, batch: int, linear: dict,
+               cpu_curve: Optional[dict] = None) -> dict:
     """The GPU projections' clocks, {name: {run key: cumulative clock per step}}: per token (the
-    pessimistic bound, evidence's cost model) and by the engine's throughput at each step's
-    concurrency (concurrency.py); each is {} without off or uniform runs to anchor its price. With a
-    measured CPU engine curve, a third set prices the same steps on this machine's engine at the
-    runs' own concurrency (scale 1): the model checked against the measured clock."""
+    pessimistic bound: `linear`, evidence.projection's clocks) and by the engine's throughput at
+    each step's concurrency (concurrency.py); each is {} without off or uniform runs to anchor its
+    price. With a measured CPU engine curve, a third set prices the same steps on this machine's
+    engine at the runs' own concurrency (scale 1): the model checked against the measured clock."""
     from openrlhf_speed.bench import concurrency
-    from openrlhf_speed.bench import evidence as ev
 
-    model = ev.cost_model(runs, groups, responses)
-    linear = ({k: agg.projected_clock(ev.with_tokens(r["steps"], responses), model["ratio"],
-                                      model["s_per_train_token"]) for k, r in runs.items()} if model else {})
     sets = {"projected_linear": linear,
             "projected_concurrency": concurrency.projected_clocks(runs, groups, responses, batch)[0]}
     if cpu_curve:
@@ -118,15 +115,15 @@ def clock_sets(runs: dict, groups: dict, responses: int, batch: int, cpu_curve: 
 def _times(run: dict, target: float, clocks: dict, key: str) -> dict:
     """{'measured': clock to target, one entry per projected clock set}; a run that never reaches
     the target gives ('censored', its whole clock) for each, so a baseline's miss becomes a floor."""
-    t, step = agg.interpolate_to_target(run["evals"], target)
+    t, step = aggregate.interpolate_to_target(run["evals"], target)
     if t is None:
         total = max((e["train_wall_s"] for e in run["evals"]), default=None)
         return {"measured": ("censored", total),
                 **{name: ("censored", c[key][-1]) for name, c in clocks.items() if key in c}}
-    return {"measured": t, **{name: agg.clock_at_step(c[key], step) for name, c in clocks.items() if key in c}}
+    return {"measured": t, **{name: aggregate.clock_at_step(c[key], step) for name, c in clocks.items() if key in c}}
 
 
-def table(runs: dict, groups: dict, clocks: dict, ours_list: list, baselines=agg.BASELINES,
+def table(runs: dict, groups: dict, clocks: dict, ours_list: list, baselines=aggregate.BASELINES,
           levels=LEVELS + ABOVE, base: str = BASE) -> Optional[dict]:
     """Per level: its target, each curriculum's share of runs reaching it within the horizon,
     and each ours-over-baseline ratio measured and under each projection. clocks: {projection
@@ -161,10 +158,11 @@ def headline(tab: Optional[dict], ours: str = "speed") -> Optional[dict]:
     row = next((r for r in tab["levels"] if abs(r["f"] - HEADLINE) < 1e-9), None)
     if row is None:
         return None
-    return {"target": row["target"], "ratios": {k: v for k, v in row["ratios"].items() if _mine(k, ours)}}
+    return {"target": row["target"], "ratios": {k: v for k, v in row["ratios"].items() if _is_ratio_of(k, ours)}}
 
 
-def _mine(key: str, ours: str) -> bool:
+def _is_ratio_of(key: str, ours: str) -> bool:
+    """Whether ratio key `<curriculum>_over_<baseline>` is one of `ours` over a baseline."""
     return key.split("_over_")[0] == ours
 
 
@@ -181,7 +179,7 @@ def markdown(tab: Optional[dict], ours: str = "speed") -> list:
     """The speedup-against-target table and the reach shares, as report lines."""
     if not tab:
         return []
-    keys = [k for k in tab["levels"][0]["ratios"] if _mine(k, ours)]
+    keys = [k for k in tab["levels"][0]["ratios"] if _is_ratio_of(k, ours)]
     curricula = list(tab["levels"][0]["reached"])
     lines = ["", f"speedup at every target level: target = step-0 {tab['start']:.4f} + f x ({tab['base']}'s final "
              f"{tab['base_final']:.4f} - start); {tab['base']}'s final = mean over its runs of the last two "
@@ -212,7 +210,7 @@ def plot(tab: Optional[dict], path: str, ours: str = "speed") -> Optional[str]:
     kinds = tab["kinds"]
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4.2), sharey=True, squeeze=False)
     axes = axes[0]
-    keys = [k for k in tab["levels"][0]["ratios"] if _mine(k, ours)]
+    keys = [k for k in tab["levels"][0]["ratios"] if _is_ratio_of(k, ours)]
     for ax, kind in zip(axes, kinds):
         for i, k in enumerate(keys):
             pts = [(r["f"], r["ratios"][k][kind]) for r in tab["levels"] if "low" in r["ratios"][k][kind]]

@@ -38,12 +38,7 @@ import math
 import os
 from typing import Optional
 
-from openrlhf_speed.bench import aggregate as agg
-from openrlhf_speed.bench import claims as cl
-from openrlhf_speed.bench import driver as drv
-from openrlhf_speed.bench import evidence as ev
-from openrlhf_speed.bench import levels as lv
-from openrlhf_speed.bench import regime as rg
+from openrlhf_speed.bench import aggregate, claims, driver, evidence, levels, regime
 
 
 # (label, metrics key): generation is the driver's wait for the engines; the rest of the
@@ -75,7 +70,7 @@ def time_to_target(evals: list, target: float) -> tuple[Optional[float], Optiona
 
 def _trained_reward_mean(steps: list) -> float:
     for key in ("rollout/reward_mean", "speed/accuracy"):
-        values = [s[key] for s in steps if key in s and not agg.is_nan(s[key])]
+        values = [s[key] for s in steps if key in s and not aggregate.is_nan(s[key])]
         if values:
             return sum(values) / len(values)
     return float("nan")
@@ -91,24 +86,24 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
     steps, evals = run["steps"], run["evals"]
     last = steps[-1] if steps else {}
     wall = last.get("train_wall_s", 0.0)
-    gen_s = agg.sum_key(steps, "timing/generation")
-    tokens = {p: agg.sum_key(steps, f"speed/tokens_{p}")
+    gen_s = aggregate.sum_key(steps, "timing/generation")
+    tokens = {p: aggregate.sum_key(steps, f"speed/tokens_{p}")
               for p in ("screen", "continue", "full", "discarded", "generated")}
     evals = sorted(evals, key=lambda e: e["step"])
     t_target, s_target = time_to_target(evals, target) if target is not None else (None, None)
     start = evals[0] if evals and evals[0]["step"] == 0 else {}
     final = evals[-1] if evals else {}
     share = last.get("speed/useful_token_share_cum", float("nan"))
-    overhead_s = agg.sum_key(steps, "timing_parts/curriculum_overhead")
-    screened = agg.sum_key(steps, "speed/prompts_screened")
+    overhead_s = aggregate.sum_key(steps, "timing_parts/curriculum_overhead")
+    screened = aggregate.sum_key(steps, "speed/prompts_screened")
     return {
         "steps": len(steps),
         "train_wall_s": wall,
         "step_s_mean": wall / len(steps) if steps else float("nan"),
         "start_accuracy": start.get("eval_accuracy", float("nan")),
-        "start_accuracy_se": cl.binomial_se(start.get("eval_accuracy"), start.get("eval_num_samples", 0)),
+        "start_accuracy_se": claims.binomial_se(start.get("eval_accuracy"), start.get("eval_num_samples", 0)),
         "final_accuracy": final.get("eval_accuracy", float("nan")),
-        "final_accuracy_se": cl.binomial_se(final.get("eval_accuracy"), final.get("eval_num_samples", 0)),
+        "final_accuracy_se": claims.binomial_se(final.get("eval_accuracy"), final.get("eval_num_samples", 0)),
         "best_accuracy": max((e["eval_accuracy"] for e in evals), default=float("nan")),
         "time_to_target_s": t_target,
         "steps_to_target": s_target,
@@ -124,15 +119,15 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
         "useful_tokens_per_s": share * tokens["generated"] / wall if wall else float("nan"),
         "zero_gradient_steps": sum(1 for st in steps if st.get("actor_grad_norm", 1.0) == 0.0),
         "prompts_screened": screened,
-        "qualification_rate": agg.qualification_rate(steps),
+        "qualification_rate": aggregate.qualification_rate(steps),
         "generation_s": gen_s,
         "generation_tokens_per_s": tokens["generated"] / gen_s if gen_s else float("nan"),
-        "train_s": agg.sum_key(steps, "timing/ppo_train"),
+        "train_s": aggregate.sum_key(steps, "timing/ppo_train"),
         "curriculum_overhead_s": overhead_s,
         "curriculum_overhead_share": overhead_s / wall if wall else float("nan"),
-        "eval_s": agg.sum_key(evals, "eval_time_s"),
+        "eval_s": aggregate.sum_key(evals, "eval_time_s"),
         # Where a step's time goes (the profile of a miss): mean seconds per step.
-        "step_profile_s": {part: agg.sum_key(steps, key) / len(steps) if steps else float("nan")
+        "step_profile_s": {part: aggregate.sum_key(steps, key) / len(steps) if steps else float("nan")
                            for part, key in _PROFILE},
     }
 
@@ -147,18 +142,19 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
     # `off` logs no driver token counts: fill them in so its table row and projection count
     # what it generated (B x N responses a step).
     responses = int((settings or {}).get("batch", 0) or 0) * int((settings or {}).get("n", 0) or 0)
-    runs = {key: {**run, "steps": ev.with_tokens(run["steps"], responses)} for key, run in runs.items()}
+    runs = {key: {**run, "steps": evidence.with_tokens(run["steps"], responses)} for key, run in runs.items()}
     auto = auto_target(runs) if target is None and rule is None else None
     rule_info = None
     if rule is not None:
-        kind, fraction = agg.parse_target_rule(rule)
-        rule_info = (lv.final_rule(runs, groups) if kind == "off_final" else
-                     agg.uniform_gain_target({k: run_summary(r, None) for k, r in runs.items()}, groups, fraction))
+        kind, fraction = aggregate.parse_target_rule(rule)
+        rule_info = (levels.final_rule(runs, groups) if kind == "off_final" else
+                     aggregate.uniform_gain_target({k: run_summary(r, None) for k, r in runs.items()}, groups,
+                                                   fraction))
     chosen = target if target is not None else (rule_info["target"] if rule_info else auto)
     run_rows = {key: {"curriculum": groups[key], **run_summary(run, chosen)} for key, run in runs.items()}
-    summary = agg.group(run_rows, groups)  # aggregate skips the text field "curriculum"
+    summary = aggregate.group(run_rows, groups)  # aggregate skips the text field "curriculum"
     mode = "fixed" if target is not None else ("rule" if rule is not None else "auto")
-    starts = [s["start_accuracy"] for s in summary.values() if not agg.is_nan(s["start_accuracy"])]
+    starts = [s["start_accuracy"] for s in summary.values() if not aggregate.is_nan(s["start_accuracy"])]
     note, not_evidence = None, False
     if chosen is None:
         note = (rule_info or {}).get("note") or "no target: some run has no evaluation after step 0"
@@ -167,7 +163,7 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
     elif mode == "auto" and starts and chosen <= max(starts):
         note = (f"auto target {chosen:.4f} is not above the step-0 accuracy ({max(starts):.4f}): not every curriculum "
                 "improved in this budget, so times to target are not meaningful; run longer (more --steps)")
-    noise = max((2 * s["start_accuracy_se"] for s in summary.values() if not agg.is_nan(s["start_accuracy_se"])),
+    noise = max((2 * s["start_accuracy_se"] for s in summary.values() if not aggregate.is_nan(s["start_accuracy_se"])),
                 default=float("nan"))
     within_noise = note is None and chosen is not None and starts and chosen - max(starts) < noise
     if within_noise:
@@ -176,27 +172,28 @@ def build_report(runs: dict, target: Optional[float], settings: Optional[dict] =
         note = (f"target {chosen:.4f} is within two standard errors ({noise:.3f}) of the step-0 accuracy "
                 f"({max(starts):.4f}): reaching it can be evaluation noise, so times to target and speedups are not "
                 "evidence; evaluate on more prompts (--eval_prompts, --eval_k) or train longer (--steps)")
-    sp, sp_why = agg.speedups(summary)
+    sp, sp_why = aggregate.speedups(summary)
     report = {"target_accuracy": chosen, "target_mode": mode, "target_rule": rule_info, "note": note,
               "target_within_noise": bool(within_noise or not_evidence), "summary": summary,
               "runs_summary": run_rows, "speedups": sp, "speedup_notes": sp_why}
-    report["claims"] = cl.check(report, settings)
-    report["evidence"] = ev.build(runs, groups, chosen, settings)
-    ours = [c for c in dict.fromkeys(groups.values()) if ev.is_ours(c)]
+    report["claims"] = claims.check(report, settings)
+    model, linear = evidence.projection(runs, groups, responses)  # once: the evidence and the levels price alike
+    report["evidence"] = evidence.build(runs, groups, chosen, settings, (model, linear))
+    ours = [c for c in dict.fromkeys(groups.values()) if evidence.is_ours(c)]
     batch = int((settings or {}).get("batch", 0) or 0)
-    clocks = lv.clock_sets(runs, groups, responses, batch, engine_curve)
-    report["levels"] = lv.table(runs, groups, clocks, ours)
-    report["headline"] = lv.headline(report["levels"])
-    report["headlines"] = {c: lv.headline(report["levels"], c) for c in ours}
-    report["regime"] = rg.cell(runs, groups, (report["headline"] or {}).get("target"), settings or {},
-                               report["evidence"]["cost_model"], clocks["projected_linear"])
+    clocks = levels.clock_sets(runs, groups, responses, batch, linear, engine_curve)
+    report["levels"] = levels.table(runs, groups, clocks, ours)
+    report["headline"] = levels.headline(report["levels"])
+    report["headlines"] = {c: levels.headline(report["levels"], c) for c in ours}
+    report["regime"] = regime.cell(runs, groups, (report["headline"] or {}).get("target"), settings or {},
+                                   report["evidence"]["cost_model"], clocks["projected_linear"])
     return report
 
 
 def _fmt(x, spec: str, none: str = "not reached") -> str:
     if x is None:
         return none
-    if agg.is_nan(x):
+    if aggregate.is_nan(x):
         return "n/a"
     return format(x, spec)
 
@@ -263,7 +260,7 @@ def _start_model_lines(report: dict) -> list:
 def _target_line(report: dict) -> str:
     how = report["target_mode"]
     if report.get("target_rule"):
-        how = agg.rule_line(report["target_rule"]) or f"rule {report['target_rule']['rule']}: not computable"
+        how = aggregate.rule_line(report["target_rule"]) or f"rule {report['target_rule']['rule']}: not computable"
     return f"target accuracy {_fmt(report['target_accuracy'], '.4f', 'none')} ({how})"
 
 
@@ -288,11 +285,11 @@ def table_markdown(report: dict) -> str:
         many = any(s.get("runs", 1) > 1 for s in report["summary"].values())
         lines += ["", f"speedups ({'mean ' if many else ''}time to target): {sp}"]
     rewards = {n: s.get("trained_reward_mean", float("nan")) for n, s in report["summary"].items()}
-    if not all(agg.is_nan(v) for v in rewards.values()):
+    if not all(aggregate.is_nan(v) for v in rewards.values()):
         lines += ["", "mean reward of trained groups (the paper's Fig. 4 keeps SPEED's near 0.5): " +
                   ", ".join(f"{n} {_fmt(v, '.3f')}" for n, v in rewards.items())]
     useful = {n: s["useful_tokens_per_s"] for n, s in report["summary"].items()}
-    if not any(agg.is_nan(v) for v in useful.values()):
+    if not any(aggregate.is_nan(v) for v in useful.values()):
         lines += ["", "useful tokens per second of training clock (the mechanism of a speedup): " +
                   ", ".join(f"{n} {v:.1f}" for n, v in useful.items()) +
                   "; steps whose gradient was zero (every group's rewards equal): " +
@@ -301,22 +298,22 @@ def table_markdown(report: dict) -> str:
               "; ".join(f"{n} " + " / ".join(_fmt(v, ".1f") for v in s["step_profile_s"].values())
                         for n, s in report["summary"].items())]
     if report.get("evidence"):
-        lines += ev.markdown(report["evidence"])
-    lines += lv.markdown(report.get("levels"))
-    lines += rg.markdown(report.get("regime"), report.get("headlines") or {"speed": report.get("headline")})
+        lines += evidence.markdown(report["evidence"])
+    lines += levels.markdown(report.get("levels"))
+    lines += regime.markdown(report.get("regime"), report.get("headlines") or {"speed": report.get("headline")})
     if report.get("engine"):
         e = report["engine"]
         lines += ["", f"engine limit on the same requests: {e['tokens_per_s']:.0f} tokens/s "
                       f"({e['tokens']:.0f} tokens in {e['generation_s']:.1f} s, all requests at once)"]
     if report.get("driver"):  # --driver_steps: the SPEED driver against raw vLLM (driver.py)
-        lines += ["", drv.driver_line(report["driver"])]
+        lines += ["", driver.driver_line(report["driver"])]
     v = report.get("versions") or {}
     if "cpu_dtype" in v:  # which kind of CPU the timings came from
         lines += ["", f"machine: {v.get('cpus')} CPUs, {v['cpu_isa']}, {v['cpu_dtype']}"]
     if report.get("note"):
         lines += ["", f"note: {report['note']}"]
     if report.get("claims"):
-        lines += ["", "the paper's claims, checked:", "", cl.claims_markdown(report["claims"])]
+        lines += ["", "the paper's claims, checked:", "", claims.claims_markdown(report["claims"])]
     return "\n".join(lines)
 
 
@@ -358,7 +355,7 @@ def plot(runs: dict, report: dict, path: str) -> None:
         acc = [e["eval_accuracy"] for e in ev]
         # +-1 binomial standard error: how far apart two points must be to mean anything.
         se = [0.0 if math.isnan(x) else x for x in
-              (cl.binomial_se(e["eval_accuracy"], e.get("eval_num_samples", 0)) for e in ev)]
+              (claims.binomial_se(e["eval_accuracy"], e.get("eval_num_samples", 0)) for e in ev)]
         ax_t.errorbar([e["train_wall_s"] / 60 for e in ev], acc, yerr=se, **style)
         ax_s.errorbar([e["step"] for e in ev], acc, yerr=se, **style)
     target = report.get("target_accuracy")
@@ -387,6 +384,6 @@ def write_all(out_dir: str, runs: dict, report: dict) -> dict:
     with open(paths["md"], "w") as f:
         f.write(table_markdown(report) + "\n")
     plot(runs, report, paths["png"])
-    if not lv.plot(report.get("levels"), paths["levels_png"]):
+    if not levels.plot(report.get("levels"), paths["levels_png"]):
         del paths["levels_png"]
     return paths

@@ -3,49 +3,37 @@ prompt trained under several curricula, one after the other, then compared on ti
 target held-out accuracy (the paper's Table 1), with plots and every figure on disk.
 
 Each curriculum is one `openrlhf-speed train` run (its own Ray, vLLM and DeepSpeed, so no
-run inherits another's caches), driven through the SPEED driver with a different
-`--speed.strategy`: `uniform` (plain RLOO), `dapo` (DAPO dynamic filtering), `speed`
-(SPEED-RLOO), or any other registered strategy; `name@K` is that strategy with
-`--speed.n_init K` (e.g. `speed@8`). `off` is stock OpenRLHF's own sample generation (no
-SPEED driver): it refuses `--train.max_steps`, so its steps are set by its prompts and
-epochs instead: the first steps x B training prompts, one epoch, the same step count. Held-out accuracy comes from OpenRLHF's
-evaluation on the training engines every `--eval_every` steps and before the first step
-(`--eval.at_start`); `train_wall_s` excludes it and checkpointing, as the paper does.
-After the runs, the engine's own throughput on the same kind of requests is measured with
-`openrlhf-speed evaluate` (all requests submitted at once: the engine's limit).
+run inherits another's caches): the SPEED driver with `--speed.strategy` uniform, dapo,
+speed or any registered strategy (`name@K`: with `--speed.n_init K`), or `off`, stock
+OpenRLHF's own sample generation, given the first steps x B training prompts for one epoch
+since it refuses `--train.max_steps`. `--runs R` runs each curriculum R times with
+`--train.seed` = `--seed`, `--seed`+1, ...; the target is `--target X`, the best accuracy
+every run reached (default), or a rule fixed before the runs (`--target_rule`). After the
+runs, engine.json holds the engine's own throughput on the same kind of requests
+(`openrlhf-speed evaluate`, all submitted at once); `--driver_steps K` replays the `speed`
+run's recorded requests on raw vLLM (driver.py; `--driver_only` for it alone).
 
-The SPEED driver against raw vLLM on the same requests (`--driver_steps K`, on by default in
-the `proving` mode with K = 16, `--driver_only` for it alone): K steps of the `speed` run's own
-command with `--train.generation_only`, then the requests its trace recorded replayed on raw
-vLLM (driver.py); driver.json and one line of summary.md. Off (0) in the other modes: it
-costs one more start-up, K steps and a replay.
+Rules not to break: everything but the curriculum is identical across runs;
+`train_wall_s` excludes evaluation and checkpointing, as the paper's clock does; bench.json
+(the command, settings, runs, seeds and target rule) is written before any training.
 
-Several seeds (`--runs R`): each curriculum runs R times with `--train.seed` = `--seed`,
-`--seed`+1, ...; everything else is identical. The vLLM engines' sampling seed is
-`--train.seed` (+ the engine's index), but the step-0 evaluations of one seed still differ:
-the async engine batches requests as they arrive, so the shared sampler's draws follow
-timing (docs/benchmarks.md, Statistics). The report gives each curriculum's mean,
-its spread and how many runs reached the target (aggregate.py). The target is fixed
-(`--target X`), the best accuracy every run reached (default), or a rule fixed before the
-runs (`--target_rule uniform_gain:F`: step-0 accuracy + F x the uniform runs' gain).
-
-Output folder: one sub-folder per run (train.log, metrics.jsonl): `<curriculum>` with one
-run each, `<curriculum>-r<i>` (i from 1) with several; bench.json (the command, settings,
-runs, seeds and target rule, written before training), engine.json, driver/ and driver.json
+Output folder: one sub-folder per run (train.log, metrics.jsonl), `<curriculum>` with one
+run each, `<curriculum>-r<i>` with several; bench.json, engine.json, driver/ and driver.json
 (with --driver_steps), results.json (every figure, the command, versions), results.csv,
 summary.md, accuracy.png.
 
-Presets (`--mode`; every flag below overrides its preset's value):
+Presets (`--mode`; every flag below overrides its preset's value; sizes in presets.py):
 
     mode        model        runs  target               what for
     tiny        default      1     auto                 CI: the whole path (runs, evals, report, plot) in minutes
     quick       default      1     auto                 token accounting and the report on 2 CPU cores, not accuracy
     full        default      1     auto                 the README figures on the embedded model (about 90 min on CPU)
-    proving     proving      4     off_final            time to stock OpenRLHF's final accuracy on proving ground
-                                                        v5 (100 steps, the paper's regime) and the speedup at every
-                                                        target level (presets.py)
+    proving     proving      4     off_final            proving ground v5 (100 steps, the paper's regime): the
+                                                        speedup at every target level
     proving-v4  proving-v4   4     uniform_gain:0.75    the published v4 tables (30 steps; benchmarks/proving-v4)
     proving-ci  proving-ci   1     auto                 CI: the proving-ground path end to end at its smallest
+
+What is measured, the statistics and the GPU projection: docs/benchmarks.md#what-is-measured.
 """
 
 from __future__ import annotations
@@ -61,7 +49,7 @@ import subprocess
 import sys
 import time
 
-from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import aggregate
 from openrlhf_speed.bench import concurrency as conc
 from openrlhf_speed.bench import driver as drv
 from openrlhf_speed.bench import publish as pub
@@ -203,7 +191,7 @@ def resolve_mode(args):
         raise SystemExit(f"openrlhf-speed bench: error: --runs {args.runs}: need at least 1 run per curriculum")
     if args.target_rule is not None:
         try:
-            agg.parse_target_rule(args.target_rule)
+            aggregate.parse_target_rule(args.target_rule)
         except ValueError as e:
             raise SystemExit(f"openrlhf-speed bench: error: {e}") from None
     return args
@@ -395,7 +383,8 @@ def main(argv=None) -> int:
     if args.resume and (args.report_only or args.driver_only or not args.out):
         raise SystemExit("openrlhf-speed bench: error: --resume goes on with the runs of an earlier benchmark: give "
                          "its --out folder, without --report_only or --driver_only")
-    rule_base = agg.RULE_BASE[agg.parse_target_rule(args.target_rule)[0]] if args.target_rule is not None else None
+    rule_base = (aggregate.RULE_BASE[aggregate.parse_target_rule(args.target_rule)[0]]
+                 if args.target_rule is not None else None)
     if rule_base and rule_base not in curricula and not args.report_only:
         raise SystemExit(f"openrlhf-speed bench: error: --target_rule {args.target_rule} measures the {rule_base} "
                          f"runs: add {rule_base} to --curricula, or pass a fixed --target")
@@ -407,7 +396,7 @@ def main(argv=None) -> int:
     engine_path, driver_path = os.path.join(out, "engine_result.json"), os.path.join(out, "driver.json")
     if not args.report_only:
         train, test = _data(args, s, out)
-        plan = agg.run_plan(curricula, args.runs, args.seed)
+        plan = aggregate.run_plan(curricula, args.runs, args.seed)
         # The target (or its rule) is recorded before any run: chosen after seeing the
         # curves, it could be picked to favour one curriculum. A resumed benchmark keeps it.
         meta = {"command": shlex.join(["openrlhf-speed", "bench", *(argv or sys.argv[1:])]), "settings": s,

@@ -34,6 +34,7 @@ import uuid
 
 from openrlhf_speed.bench import probe
 from openrlhf_speed.bench.soak import PRESETS, train_command
+from openrlhf_speed.storage.atomic import replace_file
 
 STATE_BUDGET_BYTES = 50e6
 RESUME_BUDGET_S = 60.0
@@ -70,11 +71,12 @@ def make_prompts(rows: int, out: str, seed: int = 0) -> str:
     if len(problems) < rows:
         raise SystemExit(f"openrlhf-speed scale: error: the generator has {len(problems)} distinct problems, "
                          f"fewer than --rows {rows}")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+
+    def write(f):
         for i, p in enumerate(problems):
             f.write(json.dumps(make_row(p, f"train-{i:06d}", 0, "zeroshot", "{question}")) + "\n")
-    os.replace(tmp, path)
+
+    replace_file(path, write, text=True)
     return path
 
 

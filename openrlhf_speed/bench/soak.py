@@ -98,7 +98,7 @@ def prompt_file(model: str, n: int, out: str) -> str:
     if len(rows) < n:
         raise SystemExit(f"openrlhf-speed soak: error: --prompts {n}, but {src} has {len(rows)} prompts")
     if os.path.isfile(dst) and open(dst).read() == "".join(rows):
-        return dst  # left untouched, so a rerun that resumes finds the dataset it checked (data/records.py)
+        return dst  # left untouched, so a rerun that resumes finds the dataset it checked (data/check_cache.py)
     with open(dst, "w") as f:
         f.writelines(rows)
     return dst

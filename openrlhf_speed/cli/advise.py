@@ -10,6 +10,7 @@ whether SPEED will pay off against stock OpenRLHF (or uniform RLOO, or DAPO), an
    (predicted from each prompt's pass-rate posterior, curriculum/posterior.py), and the histogram.
 3. The mechanism per step of each curriculum, the break-even, the range of SPEED's step
    saving and speedup and a verdict (curriculum/payoff.py, whose ASSUMPTIONS are printed).
+Steps 2 and 3 are curriculum/advice.py, with no engine; this command screens and prints.
 
 Training flags keep their names and meaning: the `--speed.*` ones are the train parser's own
 actions (cli/flags.py), and the SPEED configuration is built and validated by the code that
@@ -25,7 +26,6 @@ import argparse
 import dataclasses
 import json
 import os
-import random
 import sys
 import time
 from types import SimpleNamespace
@@ -33,9 +33,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from openrlhf_speed.curriculum import payoff
+from openrlhf_speed.curriculum.advice import analyse, draw
+from openrlhf_speed.curriculum.posterior import FITTED, FIXED_PRIORS
 from openrlhf_speed.data.loader import prompt_text
-from openrlhf_speed.curriculum.posterior import (FITTED, FIXED_PRIORS, Posteriors, holdout_check, outcome_shares,
-                                                 posterior_histogram)
 
 # The training's --speed.* flags that the prediction reads; copied from the train parser.
 SPEED_FLAGS = ("--speed.n_init", "--speed.pass_rate_low", "--speed.pass_rate_high",
@@ -210,11 +210,6 @@ def load_inputs(args) -> tuple:
     return model, args.data, rows, tok, report
 
 
-def draw(rows: list, k: int, seed: int) -> list:
-    """K rows, a seeded uniform draw without replacement, in file order."""
-    return [rows[i] for i in sorted(random.Random(seed).sample(range(len(rows)), k))]
-
-
 def _model_len(model: str, max_len: int) -> int:
     """--data.max_len, capped at the model's positions (vLLM refuses a longer max_model_len)."""
     with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
@@ -229,7 +224,8 @@ def screen(args, model: str, rows: list, tok) -> dict:
     compat.install()
     from vllm import LLM, SamplingParams
 
-    from openrlhf_speed.cli.evaluate import _engine_dtype, _enforce_eager
+    from openrlhf_speed.compat.precision import engine_dtype, enforce_eager
+
     from openrlhf_speed.rewards.math_reward import reward_counters
     from openrlhf_speed.rewards.reward_func import score_query
 
@@ -237,8 +233,8 @@ def screen(args, model: str, rows: list, tok) -> dict:
     dtype = args.vllm_dtype
     if dtype == "auto" and proving.is_proving(args.model):
         dtype = "float32"  # as the bench runs it (bench/commands.py): its tables are measured in float32
-    llm = LLM(model=model, dtype=_engine_dtype(dtype, tag="advise"), max_model_len=_model_len(model, args.max_len),
-              seed=args.seed, enforce_eager=_enforce_eager(), tensor_parallel_size=args.tensor_parallel_size)
+    llm = LLM(model=model, dtype=engine_dtype(dtype, tag="advise"), max_model_len=_model_len(model, args.max_len),
+              seed=args.seed, enforce_eager=enforce_eager(), tensor_parallel_size=args.tensor_parallel_size)
     # The SPEED driver's sampling fields (rollout/speed_generator._sampling_params).
     params = SamplingParams(n=args.samples, temperature=args.temperature, top_p=args.top_p, top_k=-1,
                             max_tokens=args.max_new_tokens, min_tokens=1, skip_special_tokens=False)
@@ -256,38 +252,6 @@ def screen(args, model: str, rows: list, tok) -> dict:
           file=sys.stderr, flush=True)
     return {"correct": [sum(o) for o in outcomes], "outcomes": outcomes, "lengths": lengths, "seconds": seconds,
             "tokens": tokens, "reward_statuses": dict(reward_counters())}
-
-
-def _pass_table(levels: list, correct: list, samples: int, post: Posteriors, n: int) -> dict:
-    """{level: {prompts, pass, at_S: {never, some, always}, at_N: {...}}}, 'all' last."""
-    groups = {}
-    for i, lv in enumerate(levels):
-        groups.setdefault(lv, []).append(i)
-    groups = dict(sorted(groups.items(), key=lambda kv: -float(np.mean([correct[i] for i in kv[1]]))))
-    groups["all"] = list(range(len(levels)))
-    table = {}
-    for lv, idx in groups.items():
-        c = np.asarray([correct[i] for i in idx])
-        sub = post.select(idx)
-        table[lv] = {"prompts": len(idx), "pass": float(c.mean() / samples),
-                     "at_S": {"never": float(np.mean(c == 0)), "some": float(np.mean((c > 0) & (c < samples))),
-                              "always": float(np.mean(c == samples))},
-                     "at_N": outcome_shares(n, sub)}
-    return table
-
-
-def analyse(screening: dict, levels: list, s: payoff.Settings, samples: int, prior: str = "mixture") -> dict:
-    """Every figure of the report from the screening's counts and lengths (no engine)."""
-    post = Posteriors.from_counts(screening["correct"], samples, prior=prior)
-    pred = payoff.predict(post, screening["lengths"], s)
-    cmp = payoff.compare(pred, s)
-    check = holdout_check(screening["outcomes"], prior) if "outcomes" in screening else None
-    return {"prior": {"name": prior, "concentration": post.concentration,
-                      "components": [dict(zip(("w", "a", "b"), c)) for c in post.prior]},
-            "difficulty": _pass_table(levels, screening["correct"], samples, post, s.n),
-            "histogram": posterior_histogram(post, screening["correct"]), "holdout": check,
-            "predicted": pred, "comparison": cmp,
-            "verdict": payoff.verdict(pred, cmp, s), "assumptions": list(payoff.ASSUMPTIONS)}
 
 
 def main(argv=None) -> int:

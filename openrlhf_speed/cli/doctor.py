@@ -12,10 +12,10 @@ CUDA, nvcc, NCCL (an all-reduce over 2 GPUs when there are 2), DeepSpeed's CPU A
 FusedAdam ops (loaded, which compiles them once when they are not prebuilt), flash-attn,
 Transformer Engine, a vLLM engine on the proving-ground CI model generating a few tokens, Ray's
 GPUs per node, and free disk for checkpoints. With `--plan`, one more row: the memory plan
-(cli/memory_plan.py) of the run named after `--` (train flags, or a recipe and its flags),
+(memory/plan.py) of the run named after `--` (train flags, or a recipe and its flags),
 from its dry run given this node's GPU memory and the cluster's (else this node's) host RAM.
 
-With `--wheelhouse DIR` it checks that folder alone (cli/wheelhouse.py): one row per pin of
+With `--wheelhouse DIR` it checks that folder alone (probes/wheelhouse.py): one row per pin of
 the GPU stack (`--stack cpu`: the CPU stack) it lacks, exit 1 when a required one is missing.
 
 Exit status: 0 on a CPU machine (the CPU mode needs none of the GPU pieces); on a GPU machine 1
@@ -23,7 +23,7 @@ when a required piece is missing (driver, CUDA torch, NCCL, DeepSpeed's Adam ops
 cluster that was named but cannot be reached, a memory plan that does not fit); optional ones
 (flash-attn, Transformer Engine, disk) only warn.
 
-The probes (cli/doctor_probes.py) gather facts; the `judge_*` functions here turn facts into
+The probes (probes/node.py) gather facts; the `judge_*` functions here turn facts into
 rows, so every row and fix text can be checked with made-up facts.
 """
 
@@ -33,7 +33,7 @@ import json
 import os
 import sys
 
-from openrlhf_speed.cli import doctor_probes as probes
+from openrlhf_speed.probes import node as probes
 
 OK, FAIL, WARN, SKIP, INFO = "ok", "MISSING", "warn", "skip", "info"
 CUDA = "13.0"  # what PyPI's torch 2.13.0 is built with, and the nvcc DeepSpeed wants
@@ -289,13 +289,13 @@ def judge_plan(facts: dict) -> list:
 
 def judge_wheelhouse(folder: str, stack: str) -> list:
     """One row per pin the wheelhouse lacks (an optional one warns), else one row saying it holds them all."""
-    from openrlhf_speed.cli import wheelhouse as wh
+    from openrlhf_speed.probes import wheelhouse
 
     if not os.path.isdir(folder):
-        return [Row("wheelhouse", FAIL, f"{folder} is not a folder", wh.fix(stack).replace("DIR", folder),
+        return [Row("wheelhouse", FAIL, f"{folder} is not a folder", wheelhouse.fix(stack).replace("DIR", folder),
                     required=True)]
-    lacking, optional = wh.check(folder, stack)
-    rows = [Row("wheelhouse", FAIL, line, wh.fix(stack), required=True) for line in lacking]
+    lacking, optional = wheelhouse.check(folder, stack)
+    rows = [Row("wheelhouse", FAIL, line, wheelhouse.fix(stack), required=True) for line in lacking]
     rows += [Row("wheelhouse", WARN, line, "optional: the set-up goes on without it") for line in optional]
     return rows or [Row("wheelhouse", OK, f"{folder} holds every pin of the {stack} stack")]
 

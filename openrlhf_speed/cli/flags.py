@@ -41,7 +41,7 @@ def add_arguments(parser) -> None:
     from openrlhf_speed.cli.megatron_flags import add_megatron_arguments
 
     add_megatron_arguments(parser)
-    from openrlhf_speed.cli.memory_plan import add_plan_arguments
+    from openrlhf_speed.memory.plan import add_plan_arguments
 
     add_plan_arguments(parser)
     group = parser.add_argument_group("openrlhf-speed")
@@ -427,7 +427,7 @@ def prepare(args) -> None:
 def print_dry_run(args) -> None:
     """The config and resources as JSON on stdout; then the memory plan, readable, on stderr,
     last, so its verdict is the last line a user sees (its figures are in resources.memory)."""
-    from openrlhf_speed.cli.memory_plan import dry_run_plan
+    from openrlhf_speed.memory.plan import dry_run_plan
 
     plan = args._dry_run_plan
     del args._dry_run_plan

@@ -13,7 +13,7 @@ import ast
 import math
 import os
 
-from openrlhf_speed.data import records
+from openrlhf_speed.data import check_cache
 from openrlhf_speed.data.folders import FILE_EXTENSIONS, load_dataset_rows
 from openrlhf_speed.data.loader import TOO_LONG, DatasetError
 from openrlhf_speed.data.loader import prompt_limit as loader_prompt_limit
@@ -236,7 +236,7 @@ def input_checks(args) -> tuple:
     many prompts are over the prompt limit (and what happens to them) and how many are duplicates."""
     local = [p for p in _local_files(args.data.prompt_dataset or "") if os.path.exists(os.path.expanduser(p))]
     dry_run = getattr(args, "dry_run", False)  # a dry run always reads the rows, and keeps no record
-    reused = None if dry_run else records.reused_check(args, local)
+    reused = None if dry_run else check_cache.reused_check(args, local)
     if reused is not None:  # a rerun of the same command: the rows were read when it first started
         errors, notes = [], reused + [f"--data.prompt_dataset unchanged since the run's first start checked it (size "
                                       f"and modification time, the same flags): rows not read again"]
@@ -247,7 +247,7 @@ def input_checks(args) -> tuple:
         if why_not:
             notes.append(f"--data.prompt_dataset: prompt lengths not checked against the prompt limit: {why_not}")
         if local and not errors and not dry_run:
-            records.save_check(args, local, notes)
+            check_cache.save_check(args, local, notes)
     errors += dataset_errors(args.eval.dataset, args, 0, "--eval.dataset")
     return errors + reward_file_errors(args.reward.remote_url), notes
 

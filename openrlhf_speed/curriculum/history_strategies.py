@@ -4,64 +4,22 @@ Legend: N responses per trained group, N_init screening responses (`--speed.n_in
 P prompts, p a prompt's pass rate, (low, high) the pass-rate band, c / w a prompt's
 (decayed) counts of correct / wrong responses in `PromptHistory`, k a zero-variance streak.
 
-All three read `PromptHistory` (bounded arrays, checkpointed by the scheduler) and keep
-every trained group at exactly N responses, as OpenRLHF's group baselines require. Their
-random choices are keyed draws of (seed, prompt, epoch) (`decision_uniform`) or a
-generator seeded by (seed, epoch), so a restored run replays them exactly.
+- greso (GRESO, arXiv 2506.02177): before any rollout, skips a prompt whose last k visits
+  were all correct or all wrong with probability 1 - max(p^k, floor), p adapted after each
+  batch; a prompt it rolls out gets all N, filtered on the band like `dapo`.
+- cures (CurES, arXiv 2510.01037): orders each epoch by a Beta(1 + c, 1 + w) posterior's
+  sqrt(p (1 - p)) and sizes the first request from it, m = clip(round(2N sqrt(p (1 - p))),
+  N_init, N); a screened prompt continues as in `speed`.
+- speed_bayes (ours): SPEED's screening, skipped, or replaced by all N at once, when the
+  decayed Beta(0.5 + c, 0.5 + w) posterior's predictive is confident the screening would
+  fall outside (inside) the band; `explore_floor` re-screens skipped prompts at random.
 
-greso (GRESO, Zheng et al. 2025, arXiv 2506.02177; reference: Infini-AI-Lab/GRESO)
-    Before any rollout, a prompt whose last k visits were all correct (easy) or all wrong
-    (hard) is skipped with probability 1 - max(p^k, floor), p = p_easy or p_hard. After
-    each training batch, from epoch 1 on, p_easy (p_hard) steps down by `greso_p_step` if
-    all-correct (all-wrong) groups made at least 1/3 (2/3) of `greso_target_zero_variance`
-    of the groups rolled out since the last batch, else up; clamped to [0.05, 0.95].
-    Defaults as the reference: p_init 0.5, step 0.01, target 0.25, floor 0.01.
-    Prompts that are not skipped get all N responses, and zero-variance groups are still
-    filtered after rollout (the band on the full group, like `dapo`): the paper runs
-    GRESO on top of DAPO's dynamic sampling. A skipped prompt is counted
-    (`reason/greso_skip_easy|hard`), not lost: it is tried again next epoch.
-    Departures: zero variance means all correct / all wrong under `correct_threshold`
-    (the reference thresholds the mean reward at 0.98 / 0.11); the streak is kept as a
-    saturating int8 instead of the whole reward trace; the adaptive batch size of the
-    reference is not needed (the scheduler fills every batch with exactly B groups).
-
-cures (CurES, Zeng et al. 2025, arXiv 2510.01037; reference: ZexuSun/CurES)
-    A Beta(1 + c, 1 + w) posterior per prompt, updated from every scored response.
-    Sampling: each epoch's order is a draw of all P prompts without replacement with
-    weights exp(sqrt(p_hat (1 - p_hat)) / tau), p_hat the posterior mean (Gumbel top-k),
-    so prompts near p = 0.5 come first and every prompt is still visited once an epoch,
-    as the reference sampler does. Allocation: CurES gives a prompt rollouts in
-    proportion to its gradient's standard deviation, ~ sqrt(p (1 - p)). A group must have
-    exactly N responses, so the allocation sets the size of the first request instead:
-    m = clip(round(N * 2 sqrt(p_hat (1 - p_hat))), N_init, N). A prompt near 0.5 gets all
-    N at once (no screening round trip); a confidently solved or failed one spends only
-    N_init screening responses. An unseen prompt is screened with N_init, like the
-    reference's initial pass with num_rollout_min responses per prompt. A screened prompt
-    continues to N when its screening is inside the band, as in `speed`; a full first
-    request is filtered on the band like `dapo`.
-    Departures: the reference scales sqrt(p (1 - p)) by per-prompt gradient norms of
-    log-probabilities, which an engine-free scheduler does not have; its sampler's
-    temperature 100 (alpha + 1) makes the weights nearly uniform, here tau is a flag
-    (default 0.1: a p = 0.5 prompt weighs e^5 ~ 150 times a p = 0 one); rollouts are
-    capped at N instead of num_rollout_max, since a group has exactly N.
-
-speed_bayes (this project's): SPEED's screening, and a posterior to decide when not to screen.
-    Posterior Beta(0.5 + c, 0.5 + w) (Jeffreys prior), counts decayed by
-    `posterior_decay` per epoch (default 0.9, "remember about 10 visits"). At a prompt's
-    start, from the posterior predictive (Beta-Binomial):
-      - skip: P(a screening of N_init falls outside the band) >= bayes_skip_confidence
-        (0.8) -> no rollouts, counted as `bayes_skip_low` (mostly all wrong) or
-        `bayes_skip_high`; with probability `explore_floor` (0.05) it is screened anyway
-        (`bayes_explore`), so a skipped prompt is re-screened within about 1/floor epochs
-        even without decay. With decay, the posterior of a skipped prompt widens every
-        epoch until it is screened again: on an all-wrong prompt (N_init = 4) that is about
-        every 4-5 epochs at the defaults, which bounds how long a drift goes unnoticed;
-      - admit: P(a full group of N falls inside the band) >= bayes_admit_confidence (0.9)
-        -> all N requested at once (`bayes_admit`), no screening round trip; the group
-        is filtered on the band like `dapo`, so a wrong admission costs N tokens;
-      - otherwise: SPEED (screen N_init, continue with N - N_init when inside the band).
-    The band of (0, 1) has no posterior mass outside it, so "confidently at 0 or 1" is
-    read off the predictive distribution of the screening itself: exactly SPEED's test.
+Rules not to break: every trained group has exactly N responses (OpenRLHF's group
+baselines); a skipped prompt is counted, never lost (it comes back next epoch); random
+choices are keyed draws of (seed, prompt, epoch) (`decision_uniform`) or a generator seeded
+by (seed, epoch), so a restored run replays them exactly; `PromptHistory` is bounded and
+checkpointed by the scheduler. Each rule in full, with its departures from its paper:
+docs/design.md#history-based-curricula.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import posterior as pb
+from . import posterior
 
 ASSUMPTIONS = (
     "the prediction is for the policy screened: as training goes on prompts saturate and the "
@@ -88,7 +88,7 @@ def _weighted(values: np.ndarray, weights: np.ndarray) -> float:
     return float((values * weights).sum() / total) if total > 0 else float("nan")
 
 
-def predict(post: pb.Posteriors, lengths, s: Settings) -> dict:
+def predict(post: posterior.Posteriors, lengths, s: Settings) -> dict:
     """{curriculum: per-step figures} for uniform, dapo and speed (see the module docstring).
     lengths: mean response tokens of each screened prompt [P]."""
     lengths = np.asarray(lengths, dtype=float)  # [P]

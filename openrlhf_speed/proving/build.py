@@ -28,7 +28,6 @@ import os
 import platform
 import random
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from openrlhf_speed.models.default_model import cache_root
 from openrlhf_speed.proving.passtable import DIRECT_MARK, is_direct
 from openrlhf_speed.proving.recipe import FACT_LEVELS, Variant, get_variant
 from openrlhf_speed.proving.tokenizer import VOCAB_SIZE, build_tokenizer, special_ids
+from openrlhf_speed.storage.atomic import make_folder
 
 INSTRUCTION = "{question}"  # the bare question: the model knows no other instruction
 
@@ -301,11 +301,10 @@ def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: 
     warning = weak_build_warning(v, table)
     if warning:
         print(warning, flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if force and out.exists():
         shutil.rmtree(out)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
-    try:
+
+    def fill(tmp: Path) -> dict:
         model.save_pretrained(str(tmp), safe_serialization=True)
         tok.save_pretrained(str(tmp))
         counts = write_rl_data(v, splits, tmp / "data")
@@ -316,15 +315,9 @@ def build(variant: str = "full", seed: int = 0, out: Path | None = None, force: 
                       "made": provenance(v.name, seed), **info}
         with open(tmp / "build.json", "w") as f:
             json.dump(build_info, f, indent=1)
-        try:
-            os.rename(tmp, out)
-        except OSError:
-            if not is_built(out):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # another process built it first: theirs is fine
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        return counts
+
+    counts = make_folder(out, fill, is_built)
     print(f"[proving] built in {time.time() - t0:.0f}s: model {out}, RL data {out / 'data'} "
           f"({counts['train']} train / {counts['test']} test prompts)", flush=True)
     return out

@@ -32,7 +32,7 @@ def write_manifest(root: Path | None = None) -> Path:
             lines.append(f"{shipped.sha256_file(f)}  {f.relative_to(root).as_posix()}")
     manifest = root / shipped.MANIFEST.name
     manifest.write_text("\n".join(lines) + "\n")
-    shipped._verify.cache_clear()
+    shipped.verify_folder.cache_clear()
     return manifest
 
 

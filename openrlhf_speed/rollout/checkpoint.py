@@ -31,6 +31,7 @@ import re
 from typing import NamedTuple, Optional
 
 from openrlhf_speed.rollout import ckpt_manifest as manifest
+from openrlhf_speed.storage.atomic import replace_file
 
 ACTOR_DIR, SPEED_DIR, LATEST = "_actor", "_speed", "latest"
 # OpenRLHF's tags: global_stepK (every --ckpt.save_steps) and best_global_stepK (a new best
@@ -53,27 +54,10 @@ def curriculum_state_path(ckpt_path: str, step: int) -> str:
 
 def atomic_save(obj, path: str) -> None:
     """torch.save to `path` so that `path` holds either the old content or the complete new
-    one, never a prefix: write a temporary file beside it, fsync it, rename it over `path`,
-    fsync the folder (the rename is durable only once its directory entry is)."""
+    one, never a prefix, durably (storage/atomic.replace_file)."""
     import torch
 
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    replace_file(path, lambda f: torch.save(obj, f), durable=True)
 
 
 def adopt_folder(ckpt_path: str, hashed: bool = True) -> None:
@@ -144,14 +128,14 @@ def _tags(actor_dir: str) -> list:
             if (m := _TAG.fullmatch(n)) and os.path.isdir(os.path.join(actor_dir, n))]
 
 
-def _read_latest(actor_dir: str) -> Optional[manifest.Verdict]:
+def _read_latest(actor_dir: str) -> Optional[manifest.TagCheck]:
     try:
         with open(os.path.join(actor_dir, LATEST)) as f:
             tag = f.read().strip()
     except OSError:
         return None
     m = _TAG.fullmatch(tag)
-    return manifest.Verdict(tag, int(m.group(1)), None) if m else None
+    return manifest.TagCheck(tag, int(m.group(1)), None) if m else None
 
 
 def _verified_resume_point(ckpt_path: str, curriculum: bool, apply: bool) -> ResumePoint:

@@ -32,6 +32,8 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, NamedTuple, Optional
 
+from openrlhf_speed.storage.atomic import fsync_path, replace_file
+
 MANIFEST = "openrlhf_speed_manifest.json"
 FORMAT_MARKER = "manifest_format"  # in _actor/, beside DeepSpeed's `latest`
 TORN_DIR = "_torn"
@@ -50,18 +52,12 @@ class CheckpointDiskFullError(DiskFullError):
     """A checkpoint could not be written for lack of space."""
 
 
-class Verdict(NamedTuple):
+class TagCheck(NamedTuple):
+    """What verify found for one checkpoint tag against its manifest."""
+
     tag: str
     step: int
     problem: Optional[str]  # None: complete
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _sha256(path: str) -> str:
@@ -89,7 +85,7 @@ def mark_folder(ckpt_path: str) -> None:
             f.write("1\n")
             f.flush()
             os.fsync(f.fileno())
-        _fsync(actor)
+        fsync_path(actor)
 
 
 def uses_manifests(ckpt_path: str) -> bool:
@@ -103,7 +99,7 @@ def write_manifest(ckpt_path: str, tag: str, state_path: Optional[str], hashed: 
     paths = _files(tag_dir) + ([state_path] if state_path else [])
 
     def entry(path):
-        _fsync(path)  # the data must be on disk before the manifest vouches for it
+        fsync_path(path)  # the data must be on disk before the manifest vouches for it
         return [os.path.getsize(path), _sha256(path) if hashed else None]
 
     # sha256 releases the GIL: the ranks' files hash in parallel.
@@ -111,13 +107,7 @@ def write_manifest(ckpt_path: str, tag: str, state_path: Optional[str], hashed: 
         entries = list(pool.map(entry, paths))
     manifest = {"format": 1, "tag": tag, "state": os.path.relpath(state_path, ckpt_path) if state_path else None,
                 "files": {os.path.relpath(p, ckpt_path): e for p, e in zip(paths, entries)}}
-    tmp = os.path.join(tag_dir, MANIFEST + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(manifest, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(tag_dir, MANIFEST))
-    _fsync(tag_dir)
+    replace_file(os.path.join(tag_dir, MANIFEST), lambda f: json.dump(manifest, f), text=True, durable=True)
     return manifest
 
 
@@ -152,34 +142,34 @@ def last_checkpoint_bytes(ckpt_path: str, exclude: str) -> Optional[int]:
     return manifest_bytes(ckpt_path, max(sized)[1]) if sized else None
 
 
-def verify(ckpt_path: str, tag: str, step: int) -> Verdict:
+def verify(ckpt_path: str, tag: str, step: int) -> TagCheck:
     """Whether `tag` is complete: its manifest is readable and every file it lists has the
     recorded size and sha256. The problem names the first file that differs."""
     tag_dir = os.path.join(ckpt_path, "_actor", tag)
     if not os.path.isdir(tag_dir):
-        return Verdict(tag, step, f"its folder {tag_dir} is missing")
+        return TagCheck(tag, step, f"its folder {tag_dir} is missing")
     try:
         manifest = _read(ckpt_path, tag)
         files = manifest["files"]
     except (OSError, ValueError, KeyError, TypeError):
-        return Verdict(tag, step, NO_MANIFEST)
+        return TagCheck(tag, step, NO_MANIFEST)
     for rel, (size, _) in files.items():  # sizes first: cheap, and they catch most damage
         path = os.path.join(ckpt_path, rel)
         if not os.path.isfile(path):
-            return Verdict(tag, step, f"{rel} is missing")
+            return TagCheck(tag, step, f"{rel} is missing")
         if os.path.getsize(path) != size:
-            return Verdict(tag, step, f"{rel} has {os.path.getsize(path):,} bytes, its manifest says {size:,}")
+            return TagCheck(tag, step, f"{rel} has {os.path.getsize(path):,} bytes, its manifest says {size:,}")
     hashed = [(rel, digest) for rel, (_, digest) in files.items() if digest]
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(hashed)))) as pool:
         actual = list(pool.map(lambda item: _sha256(os.path.join(ckpt_path, item[0])), hashed))
     for (rel, digest), got in zip(hashed, actual):
         if got != digest:
-            return Verdict(tag, step, f"{rel} does not match its sha256 (overwritten or corrupted)")
-    return Verdict(tag, step, None)
+            return TagCheck(tag, step, f"{rel} does not match its sha256 (overwritten or corrupted)")
+    return TagCheck(tag, step, None)
 
 
-def last_complete(ckpt_path: str, named: Optional[Verdict], tags: list):
-    """(the complete Verdict to resume from or None, the problem of the one `latest` names or
+def last_complete(ckpt_path: str, named: Optional[TagCheck], tags: list):
+    """(the complete TagCheck to resume from or None, the problem of the one `latest` names or
     None). `named`: (tag, step) from `latest`, or None when it is unreadable; `tags`: every
     (tag, step) in _actor, tried newest first."""
     first = verify(ckpt_path, named.tag, named.step) if named else None
@@ -194,7 +184,7 @@ def last_complete(ckpt_path: str, named: Optional[Verdict], tags: list):
     return None, first.problem if first else "`latest` is unreadable"
 
 
-def apply_resume(ckpt_path: str, keep: Optional[Verdict], tags: list, damaged: Optional[str]) -> List[str]:
+def apply_resume(ckpt_path: str, keep: Optional[TagCheck], tags: list, damaged: Optional[str]) -> List[str]:
     """Point `latest` at `keep` (remove it when None: start fresh) and move the tags newer
     than `keep`, which never completed, and the `damaged` one into _torn/. Returns the moved
     folders' paths."""
@@ -204,11 +194,7 @@ def apply_resume(ckpt_path: str, keep: Optional[Verdict], tags: list, damaged: O
     if keep is None and current is not None:
         os.remove(latest)
     elif keep is not None and current != keep.tag:
-        with open(latest + ".tmp", "w") as f:
-            f.write(keep.tag)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(latest + ".tmp", latest)
+        replace_file(latest, lambda f: f.write(keep.tag), text=True, durable=True)
     moved = []
     for tag, step in tags:
         if keep is None or (tag != keep.tag and (step > keep.step or tag == damaged)):
@@ -217,7 +203,7 @@ def apply_resume(ckpt_path: str, keep: Optional[Verdict], tags: list, damaged: O
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             os.replace(os.path.join(actor, tag), dst)
             moved.append(dst)
-    _fsync(actor)
+    fsync_path(actor)
     return moved
 
 

@@ -21,6 +21,7 @@ from typing import NamedTuple, Optional
 
 from openrlhf_speed.rollout.ckpt_manifest import FULL_ERRNOS
 from openrlhf_speed.rollout.trace import disk_full
+from openrlhf_speed.storage.atomic import replace_file
 
 SUMMARY = "summary.md"
 CURVES = "curves.png"
@@ -196,15 +197,9 @@ def _duration(seconds: float) -> str:
 def write_atomic(path: str, data: bytes, what: str) -> None:
     """Write `path` whole or leave the previous one: a temporary file renamed over it. A full
     disk removes the temporary file and raises DiskFullError naming `path`."""
-    tmp = f"{path}.tmp.{os.getpid()}"  # the trainer and `openrlhf-speed curves` may draw at once
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+    try:  # PATH.tmp.<pid>: the trainer and `openrlhf-speed curves` may draw at once
+        replace_file(path, lambda f: f.write(data))
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
         if e.errno not in FULL_ERRNOS:
             raise
         kept = "the previous one is kept" if os.path.exists(path) else "it was not written"

@@ -4,60 +4,30 @@ scheduler's requests and hands OpenRLHF's trainer exactly B groups of N Experien
 Legend: B prompts per training batch (`--rollout.batch_size`), N responses per prompt
 (`--rollout.n_samples_per_prompt`), N_init screening responses (`--speed.n_init`).
 
-It replaces OpenRLHF's `SamplesGenerator` behind the same `generate_samples()` call, and
-reuses its conversion of an engine response into an `Experience`. Per request:
-- the engine: a continuation goes to the engine that screened its prompt (its prefix cache
-  holds the prompt); new work goes to the engine with the fewest responses outstanding;
-- streaming: a prompt's continuation is dispatched as soon as its own screening is scored,
-  together with screenings of the next prompts, so the engines never idle between phases
-  (the paper's pre-fetching, done per prompt rather than per batched call);
-- across steps: requests still in flight when a batch is complete keep generating during
-  training; with `--speed.feed_during_training on` a thread also keeps the engines fed
-  while the actor trains (`start_feeding`): a screening that finishes gets its continuation
-  at once, and new prompts are screened until the next batch is on its way. `drain()` stops
-  that thread and collects everything before the weight sync, so no response mixes tokens
-  of two policies. Each response records the policy version that generated it, and the batch
-  metrics report the staleness of screening samples. Groups whose screening is older than
-  `--speed.max_staleness` versions are screened again by the scheduler, never trained;
-  younger stale samples are weighted by OpenRLHF's importance-sampling correction
-  (`--algo.advantage.is_correction_level`, turned on by `--speed.is_correction auto`):
-  with it on, the engines return the sampled tokens' log-probs (`_sampling_params`), the
-  rollout policy's side of the ratio pi_current / pi_rollout.
-- `--speed.schedule serial` (auto's choice on CPU): that work in flight is collected before
-  the step instead (`_collect_before_step`), so the engines and the actor never share the cores.
-- starvation: warnings the scheduler issues while no batch forms are printed at once.
-- over-long prompts: a prompt longer than the prompt limit (`--data.max_len` minus
-  `--rollout.max_new_tokens`) is skipped when the driver starts, never sent, and counted
-  (`speed/prompts_too_long`, and a line at start-up): OpenRLHF's executor would cut it from
-  the left, dropping the question's start. The dry run counts the same prompts (cli/preflight.py).
-- a failed engine (vLLM's EngineCore process died, or its Ray actor) stops the run with
-  EngineDiedError, naming the engine and the checkpoint a rerun resumes from; its requests
-  are not moved to another engine (the checkpoint, not this process, holds the curriculum).
+It replaces OpenRLHF's `SamplesGenerator` behind the same `generate_samples()` call and
+reuses its conversion of an engine response into an `Experience`. A prompt's continuation
+goes out as soon as its own screening is scored, to the engine that screened it, while the
+next prompts' screenings are in flight: the paper's pre-fetching, per prompt rather than per
+batched call. The rewards come from OpenRLHF's own reward path inside the engine actors, so
+scoring overlaps generation.
 
-The rewards come from OpenRLHF's own reward path inside the engine actors (the function
-given by `--reward.remote_url`), so scoring overlaps generation. A response whose reward
-could not be computed (the function raised, returned NaN/inf, or reported status "error")
-never reaches the scheduler: it is counted (`reward/errors`) and regenerated on the same
-engine; too many such failures stop the run (rewards/guard.py: the decision, its reasons
-and the limits `--speed.reward_retries`, `--speed.reward_max_error_rate`).
+Rules not to break:
+- `drain()` stops the feeding thread and collects every request in flight before the weight
+  sync, so no response mixes tokens of two policies; each response records the policy
+  version that generated it.
+- A response whose reward could not be computed never reaches the scheduler: it is counted
+  (`reward/errors`) and regenerated on the same engine (rewards/guard.py decides when to stop).
+- A prompt over the prompt limit is never sent: skipped at start-up and counted
+  (`speed/prompts_too_long`), as the dry run counts it (cli/preflight.py).
+- A failed engine stops the run with EngineDiedError naming the checkpoint a rerun resumes
+  from; its requests are not moved to another engine.
+- `timing_parts/curriculum_overhead` is this driver's own code only: everything but waiting
+  for engines and the Experience conversion, which the plain generator does too.
 
-`timing_parts/curriculum_overhead`: seconds this driver spent in its own code during the step
-(scheduler calls, dispatch bookkeeping, trace writes, the progress bar), i.e. everything
-but waiting for engines and OpenRLHF's response-to-Experience conversion, which the plain
-generator does too. Drain time of the previous weight sync is included.
-Where the rest of the wait goes (`driver/*`, per batch window, drains included): the tokens
-and responses the engines returned (every one, also those regenerated for a reward error, so
-more than `speed/tokens_generated` then), `timing_parts/convert` (the conversion above) and
-`driver/outstanding_mean`, the responses outstanding on the engines while the driver waited,
-time-weighted: the batch the engines could work on (bench/driver.py compares it with raw vLLM).
-
-Trace (`--speed.trace_path`): "config" (the engines' settings), "prompt" (the text sent for a
-prompt index, once per process and file), "start" / "continue" / "regenerate" (one per dispatched
-request: prompt, n, the sampling fields), "scored", "batch", "drained" (before a weight sync),
-"save" / "restore" (the scheduler's position, buffer, in-flight prompts, totals), ...: enough
-to replay the same requests against raw vLLM (bench/driver.py). Older traces lack "config", "prompt",
-"continue" and the n/sampling fields; readers of "start" events see one per screening, as before.
-Past `--speed.trace_max_mb` the trace rotates (rollout/trace.py: each file stands alone).
+The driver in full (engine choice, feeding during training, `--speed.schedule serial`,
+staleness and the importance-sampling correction, the trace's events):
+docs/design.md#the-driver-and-the-engines; its metrics (`driver/*`, `timing_parts/*`):
+docs/design.md#metrics.
 """
 
 import math
@@ -73,7 +43,7 @@ from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind
 
 from openrlhf_speed.curriculum import Response, Scheduler, SpeedConfig
-from openrlhf_speed.data import records
+from openrlhf_speed.data import check_cache
 from openrlhf_speed.data.loader import prompt_limit, token_counts
 from openrlhf_speed.rewards.guard import DEFAULT_MAX_ERROR_RATE, DEFAULT_RETRIES, RewardGuard, invalid_reason
 from openrlhf_speed.rollout.checkpoint import resume_hint
@@ -116,14 +86,14 @@ def drop_too_long(prompts: List[str], labels: List[str], tokenizer, limit: int, 
     OpenRLHF's executor counts them before it would truncate one (the rendered text,
     no special tokens added). The scheduler's prompt indices are positions in what is kept.
     With the run's `args`, a rerun that resumes reuses the count of these very prompts
-    (data/records.py) instead of tokenizing all of them again."""
+    (data/check_cache.py) instead of tokenizing all of them again."""
     # Hashed only where a record can be kept: a run without checkpoints would hash every prompt for nothing.
-    key = records.prompts_key(prompts, tokenizer, limit) if records.saves_checkpoints(args) else None
-    dropped = records.reused_too_long(args, key) if key else None
+    key = check_cache.prompts_key(prompts, tokenizer, limit) if check_cache.saves_checkpoints(args) else None
+    dropped = check_cache.reused_too_long(args, key) if key else None
     if dropped is None:
         dropped = [i for i, n in enumerate(token_counts(prompts, tokenizer)) if n > limit]
         if key:
-            records.save_too_long(args, key, dropped)
+            check_cache.save_too_long(args, key, dropped)
     if not dropped:
         return list(prompts), list(labels), []
     skip = set(dropped)
@@ -173,7 +143,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self.last_metrics: dict = {}
         self._kwargs: dict = {}  # generate kwargs of the current step, for drain()
         self.max_steps = max_steps  # --train.max_steps: the run ends after this many batches
-        self._overhead_s = 0.0  # driver time since the last batch, see the module docstring
+        self.overhead_s = 0.0  # driver time since the last batch, see the module docstring
         self._counts = dict.fromkeys(COUNTS, 0.0)  # the driver/* figures since the last batch
         # Sent once: each request would carry it otherwise (rollout/engine.py, set_tokenizer).
         ray.get([engine.set_tokenizer.remote(self.tokenizer) for engine in self.vllm_engines])
@@ -187,7 +157,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         t0 = time.time()
         self.stop_feeding()  # normally stopped by the drain already; never fill beside the thread
         self.scheduler.policy_version = self.policy_version
-        batch = None if self._step_limit_reached() else self._fill_batch(generate_kwargs)
+        batch = None if self.step_limit_reached() else self._fill_batch(generate_kwargs)
         if batch is None:
             if self._finished:  # OpenRLHF asks once more per remaining --train.num_episodes
                 return [], None, 0, True
@@ -209,15 +179,15 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self.last_metrics["driver/collect_before_step_s"] = collect_s
         self.last_metrics["speed/prompts_too_long"] = float(self.prompts_too_long)
         self.last_metrics["timing_parts/curriculum_wait"] = time.time() - t0
-        self.last_metrics["timing_parts/curriculum_overhead"] = self._overhead_s
+        self.last_metrics["timing_parts/curriculum_overhead"] = self.overhead_s
         self.last_metrics.update(self.reward_guard.pop_metrics())
         self.last_metrics.update(self.pop_counts())
-        self._overhead_s = 0.0
+        self.overhead_s = 0.0
         if batch.starvation_warning:
             print(f"[openrlhf-speed] WARNING {batch.starvation_warning}", flush=True)
         self._log("batch", step=batch.step, prompts=[[g.prompt_index, g.epoch] for g in batch.groups],
                   rewards=[g.rewards.tolist() for g in batch.groups])
-        return samples, None, len(batch.groups), self.scheduler.exhausted or self._step_limit_reached()
+        return samples, None, len(batch.groups), self.scheduler.exhausted or self.step_limit_reached()
 
     def _collect_before_step(self, kwargs) -> float:
         """`--speed.schedule serial`: collect the requests still in flight now that the batch is
@@ -234,7 +204,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
             self._collect(kwargs)
         return time.time() - t0
 
-    def _step_limit_reached(self) -> bool:
+    def step_limit_reached(self) -> bool:
         # The scheduler's step counter is part of its state, so the limit holds across resumes.
         return self.max_steps is not None and self.scheduler.totals().get("steps", 0) >= self.max_steps
 
@@ -246,7 +216,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         Nothing else may touch the scheduler or the requests meanwhile; the trainer only
         trains, over other actors. Its work counts as `driver/responses_fed` and its own
         code as `driver/feed_s`, not as the step's wait or overhead: it is off the critical path."""
-        if self._feeder is not None or not self._kwargs or self._step_limit_reached():
+        if self._feeder is not None or not self._kwargs or self.step_limit_reached():
             return  # running already, no step yet, or the last step: nothing more would train
         self._feed_stop = threading.Event()
         self._feeder = threading.Thread(target=self._feed, args=(self._kwargs,), name="speed-feeder", daemon=True)
@@ -310,13 +280,13 @@ class SpeedSamplesGenerator(SamplesGenerator):
             batch = self.scheduler.pop_batch()
             if batch is not None or self.scheduler.exhausted:
                 bar.close()
-                self._overhead_s += time.perf_counter() - t0
+                self.overhead_s += time.perf_counter() - t0
                 return batch
             for request in self.scheduler.next_requests():
                 self._dispatch(request, kwargs)
             for warning in self.scheduler.take_warnings():  # before any batch forms
                 print(f"[openrlhf-speed] WARNING {warning}", flush=True)
-            self._overhead_s += time.perf_counter() - t0
+            self.overhead_s += time.perf_counter() - t0
             if not self._pending:
                 raise RuntimeError(
                     "the SPEED scheduler has no batch, no work in flight and is not exhausted; this is a bug "
@@ -395,7 +365,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
                 self._counts["fed_responses"] += len(experiences)
             else:
                 self._counts["convert_s"] += t1 - t0
-                self._overhead_s += time.perf_counter() - t1
+                self.overhead_s += time.perf_counter() - t1
         if background:  # conversion included: all of it overlaps training
             self._counts["fed_s"] += time.perf_counter() - t_own
             return

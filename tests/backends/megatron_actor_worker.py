@@ -192,7 +192,7 @@ def check_fit(arch, exp):
         buffer = NaiveReplayBuffer(micro, 0, True, False, False)
         buffer.append(exp)
         actor = NS(args=args, dp_group=ps.get_data_parallel_group(), spec=spec, model=model, replay_buffer=buffer,
-                   loss_fn=policy_loss(arch), optimizer=opt, _fits=1,
+                   loss_fn=policy_loss(arch), optimizer=opt, fits=1,
                    scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0))
         status = run_fit(actor, kl_ctl=0.0)
         out[micro] = {"status": status, "params": [p.detach().clone() for p in model.parameters()]}

@@ -3,7 +3,7 @@ torch.distributed.run rank; a script, not a test module, so the spawned rank can
 
 A Qwen2.5 architecture (0.5B, 1.5B or 7B dimensions) with random bf16 weights, nothing
 downloaded, trained as the recipes train it; writes `<out>/rank0.json` with the measured
-peaks, the plan's figures for the same layout on one GPU (cli/memory_model.py), and the
+peaks, the plan's figures for the same layout on one GPU (memory/arithmetic.py), and the
 step time per token. Modes:
 - deepspeed, deepspeed_offload: OpenRLHF's DeepspeedStrategy + Actor, ZeRO-3, gradient
   checkpointing, `--micro` rows of `--max_len` tokens (the 7B recipes: 2 x 4096), Adam on
@@ -199,23 +199,23 @@ def run_activations(ns, config, device) -> dict:
 
 def plan_figures(ns, config) -> dict:
     """The plan's figures for this layout on one GPU (GiB), what the measurement is held to."""
-    from openrlhf_speed.cli import memory_model as mm
+    from openrlhf_speed.memory import arithmetic
 
-    d = mm.ModelDims.from_config(config.to_dict(), f"qwen2.5-{ns.size}")
-    g = mm.GiB
+    d = arithmetic.ModelDims.from_config(config.to_dict(), f"qwen2.5-{ns.size}")
+    g = arithmetic.GiB
     if ns.mode == "megatron":
-        states, step = mm.megatron_states(d, 1, 1, bf16=True)
-        act = mm.megatron_activations(d, ns.micro, ns.max_len, 1, 1, "full", False, te=False)
+        states, step = arithmetic.megatron_states(d, 1, 1, bf16=True)
+        act = arithmetic.megatron_activations(d, ns.micro, ns.max_len, 1, 1, "full", False, te=False)
         return {"states": states.nbytes / g, "activations": act.nbytes / g, "step_temporary": step.nbytes / g,
                 "peak": (states.nbytes + max(act.nbytes, step.nbytes)) / g}
-    act = mm.deepspeed_activations(d, ns.micro, ns.max_len, checkpointing=True)
+    act = arithmetic.deepspeed_activations(d, ns.micro, ns.max_len, checkpointing=True)
     if ns.mode == "activations":
         return {"states": 4 * d.params / g, "activations": act.nbytes / g, "peak": (4 * d.params + act.nbytes) / g}
-    gpu, host = mm.deepspeed_states(d, 3, ns.mode == "deepspeed_offload", 1, 1)
-    fwd = mm.forward_activations(d, 2 * ns.micro, ns.max_len)
+    gpu, host = arithmetic.deepspeed_states(d, 3, ns.mode == "deepspeed_offload", 1, 1)
+    fwd = arithmetic.forward_activations(d, 2 * ns.micro, ns.max_len)
     return {"states": gpu.nbytes / g, "activations": act.nbytes / g, "forward": fwd.nbytes / g,
             "peak": (gpu.nbytes + act.nbytes) / g, "forward_peak": (gpu.nbytes + fwd.nbytes) / g,
-            "host": (host.nbytes + mm.PROCESS_HOST_BYTES) / g, "params": d.params}
+            "host": (host.nbytes + arithmetic.PROCESS_HOST_BYTES) / g, "params": d.params}
 
 
 def main():

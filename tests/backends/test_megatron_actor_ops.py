@@ -76,8 +76,8 @@ def test_fit_gradient_accumulation_equals_one_big_micro_batch(ranks, arch):
 
 
 def test_left_padding_is_refused():
-    from openrlhf_speed.backends.megatron.actor_ops import _check_right_padded
+    from openrlhf_speed.backends.megatron.actor_ops import check_right_padded
 
-    _check_right_padded(torch.tensor([[1, 1, 1], [1, 1, 0]]))
+    check_right_padded(torch.tensor([[1, 1, 1], [1, 1, 0]]))
     with pytest.raises(ValueError, match="right-padded"):
-        _check_right_padded(torch.tensor([[1, 1, 1], [0, 1, 1]]))
+        check_right_padded(torch.tensor([[1, 1, 1], [0, 1, 1]]))

@@ -68,7 +68,7 @@ def _actor(scales):
     return SimpleNamespace(
         args=args, dp_group=dist.group.WORLD, model=model, optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0), loss_fn=None,
-        spec=SimpleNamespace(hf_vocab_size=None), replay_buffer=Buffer(Exp(s) for s in scales), _fits=0,
+        spec=SimpleNamespace(hf_vocab_size=None), replay_buffer=Buffer(Exp(s) for s in scales), fits=0,
     )
 
 

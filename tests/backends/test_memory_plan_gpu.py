@@ -7,7 +7,7 @@ checkpointing) with Adam on the host and on the GPU, at 0.5B and 1.5B; the Megat
 at TP 1 (1 x 4096, full recompute); and at 7B, whose ZeRO-3 states do not fit one GPU
 without offload and whose offloaded states (DeepSpeed's estimate, 170 GiB) do not fit a
 128 GiB host, the activations alone (forward + backward over the weights, no optimizer).
-The plan's bytes per logit (cli/memory_model.py) were read off those seven; HELD_OUT are
+The plan's bytes per logit (memory/arithmetic.py) were read off those seven; HELD_OUT are
 layouts they were not fitted on (other row lengths and micro-batches), the check that the
 figures carry over.
 Goal: the plan within 15% of the measured peak (torch.cuda.max_memory_allocated, what the

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import aggregate
 from openrlhf_speed.bench import concurrency as cc
-from openrlhf_speed.bench import evidence as ev
+from openrlhf_speed.bench import evidence
 
 CURVE = {"source": "test", "points": [(1, 10.0), (10, 100.0), (100, 200.0)]}
 
@@ -44,9 +44,9 @@ def test_more_sequences_in_flight_make_tokens_cheaper_below_saturation():
             "speed": {"steps": _steps(4, 100.0, 100.0), "evals": []}}
     groups = {k: k for k in runs}
     clocks, model = cc.projected_clocks(runs, groups, responses=0, batch=1, curve=CURVE, scale=1.0)
-    base = ev.cost_model(runs, groups, 0)
+    base = evidence.cost_model(runs, groups, 0)
     # uniform: priced exactly as the linear bound (the anchor)
-    linear = agg.projected_clock(runs["uniform"]["steps"], base["ratio"], base["s_per_train_token"])
+    linear = aggregate.projected_clock(runs["uniform"]["steps"], base["ratio"], base["s_per_train_token"])
     assert clocks["uniform"] == pytest.approx(linear)
     # speed generates the same tokens at 10x the concurrency: its generation costs 100/200 as much
     train = base["s_per_train_token"] * 100.0

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from openrlhf_speed.bench import aggregate as agg
-from openrlhf_speed.bench import evidence as ev
+from openrlhf_speed.bench import aggregate
+from openrlhf_speed.bench import evidence
 from openrlhf_speed.bench import report as rep
 
 
@@ -18,35 +18,35 @@ def _evals(*points):
 def test_interpolation_reads_the_clock_where_the_line_crosses_the_target():
     evals = _evals((0, 0.0, 0.4), (2, 10.0, 0.5), (4, 20.0, 0.7))
     # 0.6 lies halfway from 0.5 (step 2, 10 s) to 0.7 (step 4, 20 s); the grid would say 20 s.
-    assert agg.interpolate_to_target(evals, 0.6) == pytest.approx((15.0, 3.0))
-    assert agg.interpolate_to_target(evals, 0.7) == pytest.approx((20.0, 4.0))
-    assert agg.interpolate_to_target(evals, 0.4) == (0.0, 0.0)  # the start already reaches it
-    assert agg.interpolate_to_target(evals, 0.8) == (None, None)
-    assert agg.interpolate_to_target(list(reversed(evals)), 0.6) == pytest.approx((15.0, 3.0))  # order-free
+    assert aggregate.interpolate_to_target(evals, 0.6) == pytest.approx((15.0, 3.0))
+    assert aggregate.interpolate_to_target(evals, 0.7) == pytest.approx((20.0, 4.0))
+    assert aggregate.interpolate_to_target(evals, 0.4) == (0.0, 0.0)  # the start already reaches it
+    assert aggregate.interpolate_to_target(evals, 0.8) == (None, None)
+    assert aggregate.interpolate_to_target(list(reversed(evals)), 0.6) == pytest.approx((15.0, 3.0))  # order-free
 
 
 def test_bootstrap_interval_and_verdicts():
-    assert agg.bootstrap_ratio([10.0, 10.0], [5.0, 5.0]) == pytest.approx((2.0, 2.0, 2.0))
-    assert agg.resolution(agg.bootstrap_ratio([10.0, 10.0], [5.0, 5.0])) == "faster"
+    assert aggregate.bootstrap_ratio([10.0, 10.0], [5.0, 5.0]) == pytest.approx((2.0, 2.0, 2.0))
+    assert aggregate.resolution(aggregate.bootstrap_ratio([10.0, 10.0], [5.0, 5.0])) == "faster"
     # Means of two resampled runs are 10, 15 or 20 s: ratios from 0.5 to 2, so 1 is inside.
-    ci = agg.bootstrap_ratio([10.0, 20.0], [10.0, 20.0])
+    ci = aggregate.bootstrap_ratio([10.0, 20.0], [10.0, 20.0])
     assert ci[0] == 1.0 and 0.5 <= ci[1] < 1.0 < ci[2] <= 2.0
-    assert agg.resolution(ci) == "not resolved"
-    assert agg.bootstrap_ratio([10.0, 20.0], [10.0, 20.0]) == ci  # fixed RNG seed: reproducible
-    assert agg.resolution((0.9, 0.8, 0.95)) == "slower"
-    assert agg.bootstrap_ratio([10.0, None], [5.0]) is None and agg.resolution(None) == "not measured"
-    assert agg._percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert aggregate.resolution(ci) == "not resolved"
+    assert aggregate.bootstrap_ratio([10.0, 20.0], [10.0, 20.0]) == ci  # fixed RNG seed: reproducible
+    assert aggregate.resolution((0.9, 0.8, 0.95)) == "slower"
+    assert aggregate.bootstrap_ratio([10.0, None], [5.0]) is None and aggregate.resolution(None) == "not measured"
+    assert aggregate._percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
 
 
 def test_projection_prices_tokens_so_uniform_generation_is_twice_its_training():
-    assert agg.cost_ratio(100.0, 100.0) == 2.0  # uniform trains on what it generates
-    assert agg.cost_ratio(200.0, 100.0) == 1.0
+    assert aggregate.cost_ratio(100.0, 100.0) == 2.0  # uniform trains on what it generates
+    assert aggregate.cost_ratio(200.0, 100.0) == 1.0
     steps = [{"speed/tokens_generated": 100, "speed/tokens_trained": 50},
              {"speed/tokens_generated": 0, "speed/tokens_trained": 50}]
-    clock = agg.projected_clock(steps, ratio=2.0, s_per_train_token=0.1)
+    clock = aggregate.projected_clock(steps, ratio=2.0, s_per_train_token=0.1)
     assert clock == pytest.approx([0.0, 25.0, 30.0])  # 0.1 x (50 + 2 x 100), then 0.1 x 50
-    assert agg.clock_at_step(clock, 1.5) == pytest.approx(27.5)
-    assert agg.clock_at_step(clock, 7.0) == 30.0 and agg.clock_at_step(clock, None) is None
+    assert aggregate.clock_at_step(clock, 1.5) == pytest.approx(27.5)
+    assert aggregate.clock_at_step(clock, 7.0) == 30.0 and aggregate.clock_at_step(clock, None) is None
 
 
 def test_mechanism_columns_from_step_records():
@@ -58,17 +58,17 @@ def test_mechanism_columns_from_step_records():
               "speed/tokens_discarded": 0, "speed/tokens_generated": 60, "speed/tokens_trained": 80,
               "speed/useful_token_share": 0.5, "speed/prompts_screened": 2, "speed/prompts_qualified": 2,
               "actor_grad_norm": 3.0, "speed/accuracy": 0.3, "timing/generation": 2.0}]
-    m = agg.mechanism(steps)
+    m = aggregate.mechanism(steps)
     assert (m["tokens_per_step_screen"], m["tokens_per_step_continue"], m["tokens_per_step_discarded"]) == (30, 50, 10)
     assert m["qualification_rate"] == pytest.approx(0.4)  # 4 of 10 screened
     # useful tokens 0.6 x 100 + 0.5 x 60 = 90 of 160 trained: 70 in groups without a gradient
     assert m["zero_variance_share"] == pytest.approx(70 / 160)
     assert m["grad_norm_mean"] == 2.0 and m["trained_accuracy_mean"] == pytest.approx(0.4)
     assert m["generation_tokens_per_s"] == pytest.approx(40.0)
-    off = agg.mechanism([{"rollout/reward_mean": 0.25, "actor_grad_norm": 1.0}])
+    off = aggregate.mechanism([{"rollout/reward_mean": 0.25, "actor_grad_norm": 1.0}])
     assert off["trained_accuracy_mean"] == 0.25 and off["qualification_rate"] != off["qualification_rate"]  # NaN
     # A log with no useful-token share says nothing about zero-variance groups: NaN, not 1.0.
-    assert agg.is_nan(off["zero_variance_share"])
+    assert aggregate.is_nan(off["zero_variance_share"])
 
 
 def _run(times, accs, gen, trained, train_s=1.0, driver=True):
@@ -120,7 +120,7 @@ def test_not_resolved_is_printed_when_the_interval_holds_one():
     report = rep.build_report(runs, 0.6, {"batch": 2, "n": 2}, groups={k: k.split("-")[0] for k in runs})
     assert "- speed_over_uniform: measured 1.00x [" in rep.table_markdown(report)
     assert report["evidence"]["intervals_measured"]["speed_over_uniform"]["verdict"] == "not resolved"
-    assert ev.intervals({"a": {"curriculum": "speed", "t": None}, "b": {"curriculum": "dapo", "t": 3.0}}, "t") == {
+    assert evidence.intervals({"a": {"curriculum": "speed", "t": None}, "b": {"curriculum": "dapo", "t": 3.0}}, "t") == {
         "speed_over_dapo": {"verdict": "not measured (a run did not reach the target)"}}
 
 
@@ -160,18 +160,21 @@ def test_host_speed_is_the_median_evaluation_throughput_and_its_spread_is_report
                  "eval_response_length_mean": 38.0, "eval_time_s": t} for i, t in enumerate(seconds)]
 
     # warm-up 40 s left out; median of 16, 17, 18 -> 1200 x 38 / 17
-    assert ev.host_speed(evals([40.0, 16.0, 18.0, 17.0])) == pytest.approx(1200 * 38 / 17)
-    assert ev.host_speed(evals([40.0])) is None and ev.host_speed([]) is None
+    assert evidence.host_speed(evals([40.0, 16.0, 18.0, 17.0])) == pytest.approx(1200 * 38 / 17)
+    assert evidence.host_speed(evals([40.0])) is None and evidence.host_speed([]) is None
     fast, slow = evals([16.0, 16.6, 16.6]), evals([39.6, 26.0, 26.0])
     runs = {"off-r1": {"steps": [], "evals": fast}, "uniform-r1": {"steps": [], "evals": slow}}
-    built = ev.build(runs, {"off-r1": "off", "uniform-r1": "uniform"}, 0.31, {"batch": 2, "n": 2})
+    groups = {"off-r1": "off", "uniform-r1": "uniform"}
+    built = evidence.build(runs, groups, 0.31, {"batch": 2, "n": 2}, evidence.projection(runs, groups, 4))
     assert built["host_spread"] == pytest.approx(26.0 / 16.6)
-    text = "\n".join(ev.markdown(built))
+    text = "\n".join(evidence.markdown(built))
     assert "fastest run / slowest 1.57, over 1.10: the host's own speed moved between runs" in text
     assert "| off-r1 | off |" in text and f"| {1200 * 38 / 16.6:.0f} |" in text
-    same = ev.build({"off-r1": runs["off-r1"]}, {"off-r1": "off"}, 0.31, {"batch": 2, "n": 2})
-    assert "fastest run / slowest 1.00" in "\n".join(ev.markdown(same))
-    assert "moved between runs" not in "\n".join(ev.markdown(same))
+    alone = {"off-r1": runs["off-r1"]}
+    same = evidence.build(alone, {"off-r1": "off"}, 0.31, {"batch": 2, "n": 2},
+                          evidence.projection(alone, {"off-r1": "off"}, 4))
+    assert "fastest run / slowest 1.00" in "\n".join(evidence.markdown(same))
+    assert "moved between runs" not in "\n".join(evidence.markdown(same))
 
 
 def test_zero_variance_share_leaves_out_steps_that_generated_nothing():
@@ -181,11 +184,11 @@ def test_zero_variance_share_leaves_out_steps_that_generated_nothing():
     nan = float("nan")
     steps = [{"speed/useful_token_share": 0.5, "speed/tokens_generated": 20000.0, "speed/tokens_trained": 10000.0},
              {"speed/useful_token_share": nan, "speed/tokens_generated": 0.0, "speed/tokens_trained": 10000.0}]
-    assert agg.mechanism(steps)["zero_variance_share"] == pytest.approx(0.0)
+    assert aggregate.mechanism(steps)["zero_variance_share"] == pytest.approx(0.0)
     # uniform: 40% of each step's trained tokens in zero-variance groups
     uniform = [{"speed/useful_token_share": 0.6, "speed/tokens_generated": 1000.0, "speed/tokens_trained": 1000.0}] * 3
-    assert agg.mechanism(uniform)["zero_variance_share"] == pytest.approx(0.4)
-    assert agg.is_nan(agg.mechanism([steps[1]])["zero_variance_share"])
+    assert aggregate.mechanism(uniform)["zero_variance_share"] == pytest.approx(0.4)
+    assert aggregate.is_nan(aggregate.mechanism([steps[1]])["zero_variance_share"])
 
 
 def test_one_run_of_a_curriculum_is_never_an_interval():
@@ -196,7 +199,7 @@ def test_one_run_of_a_curriculum_is_never_an_interval():
     ci = e["intervals_measured"]["speed_over_uniform"]
     assert "low" not in ci and ci["point"] == pytest.approx(15.0 / 5.5)
     assert ci["verdict"].startswith("not resolved (one run of a curriculum")
-    assert "- speed_over_uniform: measured 2.73x, not resolved (one run" in "\n".join(ev.markdown(e))
+    assert "- speed_over_uniform: measured 2.73x, not resolved (one run" in "\n".join(evidence.markdown(e))
 
 
 def test_a_curriculum_with_another_n_init_gets_its_own_intervals():
@@ -210,7 +213,7 @@ def test_a_curriculum_with_another_n_init_gets_its_own_intervals():
     e = rep.build_report(runs, 0.6, {"batch": 2, "n": 2}, groups=groups)["evidence"]
     assert list(e["intervals_measured"]) == ["speed@8_over_uniform"]  # cures is not one of ours
     assert e["intervals_measured"]["speed@8_over_uniform"]["point"] == pytest.approx(16.5 / 5.5)
-    assert ev.is_ours("speed_bayes@8") and not ev.is_ours("dapo@8")
+    assert evidence.is_ours("speed_bayes@8") and not evidence.is_ours("dapo@8")
 
 
 def test_the_projection_and_advise_read_one_cost_ratio_off_a_run():
@@ -218,7 +221,6 @@ def test_the_projection_and_advise_read_one_cost_ratio_off_a_run():
     experience + update + weight sync), so on one run they give one ratio."""
     import types
 
-    from openrlhf_speed.bench import evidence
     from openrlhf_speed.bench.report import load_run
     from openrlhf_speed.cli import advise
 

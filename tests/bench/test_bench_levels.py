@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import aggregate, evidence
 from openrlhf_speed.bench import levels as lv
 from openrlhf_speed.bench import report
 
@@ -68,7 +68,7 @@ def test_headline_and_off_final_rule_in_the_report():
     settings = {"batch": 1, "n": 1}
     rep = report.build_report(runs, None, settings, groups, rule="off_final")
     assert rep["target_accuracy"] == pytest.approx(0.51)
-    assert "off_final" in agg.rule_line(rep["target_rule"])
+    assert "off_final" in aggregate.rule_line(rep["target_rule"])
     head = rep["headline"]
     assert head["target"] == pytest.approx(0.51)
     assert head["ratios"]["speed_over_off"]["measured"]["point"] == pytest.approx(450 / 264)
@@ -83,17 +83,17 @@ def test_projected_clock_prices_tokens_not_the_host():
     runs = {k: r for k, r in runs.items()}
     groups_u = {**groups}
     runs["uniform-r1"], groups_u["uniform-r1"] = _run([(0, 0.3), (50, 0.4)]), "uniform"  # the cost model's source
-    clocks = lv.clock_sets(runs, groups_u, responses=1, batch=1)
+    clocks = lv.clock_sets(runs, groups_u, responses=1, batch=1, linear=evidence.projection(runs, groups_u, 1)[1])
     tab = lv.table(runs, groups_u, clocks, ["speed"], baselines=("off",), levels=(1.0,))
     proj = tab["levels"][0]["ratios"]["speed_over_off"]["projected_linear"]
     assert proj["point"] == pytest.approx(45 / 22)
 
 
 def test_off_final_rule_is_parsed_and_named_in_errors():
-    assert agg.parse_target_rule("off_final") == ("off_final", 1.0)
-    assert agg.RULE_BASE["off_final"] == "off"
+    assert aggregate.parse_target_rule("off_final") == ("off_final", 1.0)
+    assert aggregate.RULE_BASE["off_final"] == "off"
     with pytest.raises(ValueError, match="off_final"):
-        agg.parse_target_rule("off_final:0.5")
+        aggregate.parse_target_rule("off_final:0.5")
 
 
 def test_plot_writes_a_png(tmp_path):

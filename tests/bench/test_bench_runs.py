@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import aggregate
 from openrlhf_speed.bench import report as rep
 from openrlhf_speed.bench import run as bench_run
 
@@ -34,9 +34,9 @@ def _two_seeds():
 
 
 def test_run_plan_names_folders_and_seeds():
-    one = agg.run_plan(["uniform", "dapo"], 1, 42)
+    one = aggregate.run_plan(["uniform", "dapo"], 1, 42)
     assert [(r["key"], r["seed"]) for r in one] == [("uniform", 42), ("dapo", 42)]  # folders as before --runs
-    two = agg.run_plan(["uniform", "dapo", "speed"], 2, 42)
+    two = aggregate.run_plan(["uniform", "dapo", "speed"], 2, 42)
     assert [(r["key"], r["curriculum"], r["seed"]) for r in two[:4]] == [
         ("uniform-r1", "uniform", 42), ("dapo-r1", "dapo", 42), ("speed-r1", "speed", 42), ("uniform-r2", "uniform", 43)]
 
@@ -46,7 +46,7 @@ def test_train_commands_differ_only_in_seed_and_folder(tmp_path):
     s = bench_run._settings(args)
     cmds = {r["key"]: bench_run.train_command(r["curriculum"], s, args, "train.jsonl", "test.jsonl",
                                               str(tmp_path / r["key"]), seed=r["seed"])
-            for r in agg.run_plan(["uniform"], args.runs, args.seed)}
+            for r in aggregate.run_plan(["uniform"], args.runs, args.seed)}
     seeds = {k: c[c.index("--train.seed") + 1] for k, c in cmds.items()}
     assert seeds == {"uniform-r1": "7", "uniform-r2": "8"}
     strip = lambda c: [a.replace("uniform-r1", "X").replace("uniform-r2", "X") for a in c if a not in ("7", "8")]
@@ -60,7 +60,7 @@ def test_progress_lines_name_the_run_and_its_seed(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(bench_run, "_run_logged", lambda cmd, log, prefix: 0)
     args = bench_run.build_parser().parse_args(["--mode", "tiny", "--runs", "2"])
     s = bench_run._settings(args)
-    bench_run._train_all(args, s, agg.run_plan(["uniform", "dapo", "speed"], 2, 42), "t.jsonl", "e.jsonl",
+    bench_run._train_all(args, s, aggregate.run_plan(["uniform", "dapo", "speed"], 2, 42), "t.jsonl", "e.jsonl",
                          str(tmp_path))
     out = capsys.readouterr().out
     assert "[bench] (2/6) dapo run 1/2 (seed 42): training ..." in out
@@ -154,7 +154,7 @@ def test_target_rule_arithmetic():
     # 0.469: uniform-r1 reaches it at step 2 (0.50), uniform-r2 at step 3 (0.45 at step 2 is short).
     assert report["summary"]["uniform"]["time_to_target_s"] == (60 + 90) / 2
     with pytest.raises(ValueError, match="--target_rule"):
-        agg.parse_target_rule("uniform_gain:1.5")
+        aggregate.parse_target_rule("uniform_gain:1.5")
     with pytest.raises(ValueError, match="both given"):
         rep.build_report(runs, target=0.5, groups=groups, rule="uniform_gain:0.75")
 
@@ -253,7 +253,7 @@ def test_report_only_rebuilds_a_multi_run_folder_with_its_rule(tmp_path, capsys)
     runs, groups = _two_seeds()
     for key, run in runs.items():
         _write(tmp_path / key / "metrics.jsonl", run)
-    plan = agg.run_plan(["uniform", "speed"], 2, 42)
+    plan = aggregate.run_plan(["uniform", "speed"], 2, 42)
     (tmp_path / "bench.json").write_text(json.dumps({
         "command": "openrlhf-speed bench --mode proving", "settings": {"n": 16, "n_init": 4},
         "curricula": ["uniform", "speed"], "runs": 2, "seeds": [42, 43], "plan": plan, "target": None,

@@ -6,7 +6,7 @@ decisions themselves. Logs written before `speed/tokens_useful` existed read as 
 import numpy as np
 import pytest
 
-from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import aggregate
 from openrlhf_speed.bench import report as rep
 from openrlhf_speed.curriculum import SpeedConfig
 from openrlhf_speed.curriculum.simulate import run_simulation
@@ -28,11 +28,11 @@ def test_the_reports_figures_are_those_of_the_trained_groups(strategy):
     res, steps = _steps(strategy)
     groups = [g for b in res.batches for g in b.groups]
     zero = sum(g.num_tokens for g in groups if np.ptp(g.rewards) == 0) / sum(g.num_tokens for g in groups)
-    m = agg.mechanism(steps)
+    m = aggregate.mechanism(steps)
     assert m["zero_variance_share"] == pytest.approx(zero)
     summary = rep.run_summary({"steps": steps, "evals": []}, None)
     if strategy == "uniform":  # no band tested: no qualification rate, not 1.0
-        assert agg.is_nan(m["qualification_rate"]) and agg.is_nan(summary["qualification_rate"])
+        assert aggregate.is_nan(m["qualification_rate"]) and aggregate.is_nan(summary["qualification_rate"])
     else:
         windows = [b.metrics for b in res.batches]
         expected = sum(w["speed/prompts_qualified"] for w in windows) / sum(w["speed/prompts_screened"] for w in windows)
@@ -46,10 +46,10 @@ def test_logs_without_useful_tokens_read_through_their_share():
     old = [{"speed/useful_token_share": 1.5, "speed/tokens_generated": 400.0, "speed/tokens_trained": 1000.0,
             "speed/prompts_screened": 4, "speed/prompts_qualified": 4},
            {"speed/useful_token_share": nan, "speed/tokens_generated": 0.0, "speed/tokens_trained": 1000.0}]
-    assert agg.useful_tokens(old[0]) == pytest.approx(600.0) and agg.useful_tokens(old[1]) is None
-    assert agg.mechanism(old)["zero_variance_share"] == pytest.approx(0.4)  # 600 useful of 1000
-    assert agg.qualification_rate(old) == 1.0  # as such logs read
+    assert aggregate.useful_tokens(old[0]) == pytest.approx(600.0) and aggregate.useful_tokens(old[1]) is None
+    assert aggregate.mechanism(old)["zero_variance_share"] == pytest.approx(0.4)  # 600 useful of 1000
+    assert aggregate.qualification_rate(old) == 1.0  # as such logs read
     new = {"speed/tokens_useful": 0.0, "speed/useful_token_share": 0.0, "speed/tokens_generated": 0.0,
            "speed/tokens_trained": 500.0, "speed/prompts_screened": 3, "speed/prompts_qualified": nan}
-    assert agg.useful_tokens(new) == 0.0  # a step of zero-variance groups, generated before its window
-    assert agg.qualification_rate([new]) != agg.qualification_rate([new])  # NaN
+    assert aggregate.useful_tokens(new) == 0.0  # a step of zero-variance groups, generated before its window
+    assert aggregate.qualification_rate([new]) != aggregate.qualification_rate([new])  # NaN

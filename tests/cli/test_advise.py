@@ -10,7 +10,7 @@ import pytest
 
 from openrlhf_speed.cli import advise
 from openrlhf_speed.cli.advise_report import render_report
-from openrlhf_speed.curriculum import payoff
+from openrlhf_speed.curriculum import advice, payoff
 
 SMALL = ["--model", "proving-ci", "--samples", "4", "--rollout.n_samples_per_prompt", "4",
          "--rollout.batch_size", "4", "--rollout.max_new_tokens", "32"]
@@ -92,7 +92,7 @@ def test_the_report_from_a_screening(tmp_path):
                  "seconds": 1.0, "tokens": 1000, "reward_statuses": {"correct": 32}}
     levels = ["hard"] * 4 + ["mid"] * 2 + ["easy"] * 2
     s = payoff.Settings(n=16, n_init=4, low=0.0, high=1.0, batch=4, gen_batch=8)
-    result = advise.analyse(screening, levels, s, samples=8)
+    result = advice.analyse(screening, levels, s, samples=8)
     table = result["difficulty"]
     assert list(table) == ["easy", "mid", "hard", "all"]  # by pass rate, 'all' last
     assert table["all"]["at_S"] == {"never": 0.5, "some": 0.25, "always": 0.25}

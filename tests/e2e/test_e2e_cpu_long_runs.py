@@ -105,7 +105,7 @@ def test_torn_and_full_disk_checkpoints_resume_from_the_last_complete_one(tmp_pa
             f"step 2 (global_step2 in {ckpt})") in log
     assert "Traceback" not in log and steps_in(log) == [3, 4]
     check_restored(run, n, 2)
-    # The rerun reused its first start's whole-dataset passes (data/records.py).
+    # The rerun reused its first start's whole-dataset passes (data/check_cache.py).
     assert "--data.prompt_dataset unchanged since the run's first start checked it" in log
     assert json.loads((ckpt / "prompts_too_long.json").read_text())["dropped"] == []
     assert (ckpt / "_torn" / "global_step3").is_dir()

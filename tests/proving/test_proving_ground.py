@@ -109,12 +109,12 @@ print(json.dumps({"model": type(actor.model).__name__, "new": seq[0, start:].tol
 
 @pytest.mark.e2e_extra  # starts vLLM and an OpenRLHF actor: outside the default tier
 def test_build_writes_a_model_vllm_and_openrlhf_can_load(built, monkeypatch):
-    from openrlhf_speed.cli import doctor_probes
+    from openrlhf_speed.probes import node as probes
 
     # vLLM's CPU engine, started as `openrlhf-speed doctor` starts it (in a child process), in
     # float32 as the end-to-end runs have it on every CPU: greedy, so it continues as HF does.
     monkeypatch.setenv("OPENRLHF_SPEED_CPU_BF16", "0")
-    engine = doctor_probes.child("engine", str(built))
+    engine = probes.child("engine", str(built))
     assert engine.get("ok") and engine["model"] == str(built) and engine["dtype"] == "float32", engine
     assert engine["tokens"] >= 1
     from transformers import AutoTokenizer

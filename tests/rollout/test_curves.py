@@ -9,8 +9,9 @@ import pytest
 
 from openrlhf_speed.cli import curves as curves_cli
 from openrlhf_speed.cli.main import usage
-from openrlhf_speed.rollout import curves, run_summary
+from openrlhf_speed.rollout import curves
 from openrlhf_speed.rollout.ckpt_manifest import DiskFullError
+from openrlhf_speed.storage import atomic
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -88,7 +89,7 @@ def test_the_command_without_a_log_says_what_to_pass(tmp_path, capsys):
 def test_the_command_on_a_full_disk_is_one_line(tmp_path, monkeypatch, capsys):
     write_log(tmp_path)
     real_open = open
-    monkeypatch.setattr(run_summary, "open", lambda p, mode="r", *a, **k: real_open(
+    monkeypatch.setattr(atomic, "open", lambda p, mode="r", *a, **k: real_open(
         "/dev/full" if "w" in mode else p, mode, *a, **k), raising=False)
     assert curves_cli.main([str(tmp_path)]) == 1
     err = capsys.readouterr().err

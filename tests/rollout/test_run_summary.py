@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from openrlhf_speed.rollout import run_summary
 from openrlhf_speed.rollout.ckpt_manifest import DiskFullError
 from openrlhf_speed.rollout.run_summary import (RunFiles, build_summary, read_records, run_files, run_records,
                                                 training_seconds, write_atomic)
+from openrlhf_speed.storage import atomic
 
 NAN = float("nan")
 
@@ -137,7 +137,7 @@ def full_disk_under(monkeypatch, module):
 def test_a_full_disk_keeps_the_previous_file_and_stops_with_one_line(tmp_path, monkeypatch):
     path = tmp_path / "summary.md"
     path.write_text("previous\n")
-    full_disk_under(monkeypatch, run_summary)
+    full_disk_under(monkeypatch, atomic)
     with pytest.raises(DiskFullError) as err:
         write_atomic(str(path), b"x" * 10_000, "the run summary")
     assert path.read_text() == "previous\n" and [p.name for p in tmp_path.iterdir()] == ["summary.md"]
@@ -180,7 +180,7 @@ def test_a_recipe_names_its_own_rerun_command(tmp_path, monkeypatch):
 def test_a_full_disk_at_the_end_of_a_run_is_one_line(tmp_path, capsys, monkeypatch):
     from openrlhf_speed.cli import train
 
-    full_disk_under(monkeypatch, run_summary)
+    full_disk_under(monkeypatch, atomic)
     assert train.report(train_args(tmp_path), [], started=0.0) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err

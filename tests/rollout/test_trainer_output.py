@@ -80,7 +80,7 @@ class Generator:
         self.steps, self.max_steps = 0, max_steps
         self.scheduler = SimpleNamespace(exhausted=False)
 
-    def _step_limit_reached(self):
+    def step_limit_reached(self):
         return self.steps >= self.max_steps
 
 

@@ -5,7 +5,6 @@ and the GPU set-up's checks and build plan (scripts/gpu_build_lib.sh, `bootstrap
 --check`) against a stand-in nvcc and nvidia-smi. The resolver dry run itself needs PyPI:
 `make check-gpu-resolve`, not run here."""
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -13,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _util import REPO
+from _util import REPO, load_script
 from packaging.requirements import Requirement
 
 SCRIPTS = REPO / "scripts"
@@ -21,14 +20,7 @@ PYTORCH_CPU = "https://download.pytorch.org/whl/cpu"
 WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-src = load("torch_cpu_source")
+src = load_script("torch_cpu_source")
 PATTERN = src.wheel_pattern("2.13.0", "cp311", "x86_64")
 
 
@@ -130,7 +122,7 @@ def test_bootstrap_and_setup_py_name_the_same_pins():
 
 
 def test_openrlhf_requirements_check_reads_markers_and_pins():
-    check = load("check_gpu_resolve")
+    check = load_script("check_gpu_resolve")
     env = {"python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64"}
     versions = {"torch": "2.13.0", "deepspeed": "0.19.6"}
     assert check.unmet(["torch==2.13.0", "deepspeed==0.19.6", "vllm==0.29.0; extra == 'vllm'",

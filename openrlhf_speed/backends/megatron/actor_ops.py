@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 
-def _check_right_padded(attention_mask: torch.Tensor) -> None:
+def check_right_padded(attention_mask: torch.Tensor) -> None:
     # Right padding <=> each row's mask never goes from 0 back to 1. Checked on the host copy
     # only: on a GPU tensor the `if` would be a device sync per micro-batch, so callers that
     # move batches to the GPU check them before (ray_actor.forward, fit.run_fit).
@@ -138,7 +138,7 @@ def _run_schedule(model, sequences, attention_mask, loss_func_factory, forward_o
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    _check_right_padded(attention_mask)
+    check_right_padded(attention_mask)
     batch, seq_len = sequences.shape
     padded, position_ids = _pad_for_sequence_parallel(model, sequences, _position_ids(attention_mask))
 

@@ -42,21 +42,14 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from openrlhf_speed.storage.atomic import replace_file
+
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.pt"
 FORMAT_VERSION = 1
 
 
 # ---- small file helpers ---------------------------------------------------------------
-
-
-def _fsync_dir(path: str) -> None:
-    # A rename is durable only once its directory entry is.
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _torch_save_durable(obj, path: str) -> None:
@@ -111,13 +104,7 @@ def _publish(ckpt_dir: str, tag: str, partial: str, max_num: Optional[int]) -> N
         shutil.rmtree(old, ignore_errors=True)
         os.rename(final, old)
     os.rename(partial, final)
-    tmp = os.path.join(ckpt_dir, LATEST + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(tag)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(ckpt_dir, LATEST))
-    _fsync_dir(ckpt_dir)
+    replace_file(os.path.join(ckpt_dir, LATEST), lambda f: f.write(tag), text=True, durable=True)
     shutil.rmtree(old, ignore_errors=True)
     if max_num is None:
         return

@@ -43,7 +43,7 @@ from .train_utils import all_finite
 def _host_view(experience) -> dict:
     """What the loss normalisation and the metrics read from a micro-batch, taken from its host
     copy before `to_device` moves it (in place): no device sync per micro-batch."""
-    actor_ops._check_right_padded(experience.attention_mask)
+    actor_ops.check_right_padded(experience.attention_mask)
     mask = experience.action_mask
     info = {}
     for key, value in experience.info.items():
@@ -148,7 +148,7 @@ def run_fit(actor, kl_ctl: float) -> dict:
     names = cfg.stat_names()
     device = next(actor.model.parameters()).device
     buffer = actor.replay_buffer
-    generator = torch.Generator().manual_seed(args.train.seed * 1000 + actor._fits)
+    generator = torch.Generator().manual_seed(args.train.seed * 1000 + actor.fits)
     metrics = _Metrics()
     skipped = 0  # optimizer steps skipped by the non-finite guard
     for _ in range(args.train.max_epochs):

@@ -108,7 +108,7 @@ class _MegatronModelActor(BaseModelActor):
     def forward(self, sequences, action_mask=None, attention_mask=None, packed_seq_lens=None,
                 mm_train_inputs_list=None) -> torch.Tensor:
         """Action log-probs [B, A] of one micro-batch (on every rank of the replica)."""
-        actor_ops._check_right_padded(attention_mask)  # on the host copy: no device sync
+        actor_ops.check_right_padded(attention_mask)  # on the host copy: no device sync
         device = _device()
         log_probs = actor_ops.action_log_probs(
             self.model, sequences.to(device), attention_mask.to(device), action_mask.to(device),
@@ -174,7 +174,7 @@ class MegatronPolicyActor(_MegatronModelActor):
         )
         # (micro-batch size, no size limit, CPU offload, no packing, no dynamic batching)
         self.replay_buffer = NaiveReplayBuffer(args.train.micro_batch_size, 0, True, False, False)
-        self._fits = 0
+        self.fits = 0  # fit() calls so far: seeds each fit's shuffle (fit.py)
         self.checkpoint_states = {}
         ckpt_dir = os.path.join(args.ckpt.path, "_actor")
         if args.ckpt.load_enable and os.path.exists(os.path.join(ckpt_dir, "latest")):
@@ -198,7 +198,7 @@ class MegatronPolicyActor(_MegatronModelActor):
         whole window on every DP rank (OpenRLHF's global token / sample mean)."""
         from .fit import run_fit
 
-        self._fits += 1
+        self.fits += 1
         status = run_fit(self, kl_ctl)
         self.replay_buffer.clear()
         self.empty_cache()

@@ -78,13 +78,14 @@ def verify(name: str, root: Path | None = None) -> Path:
     Raises ShippedModelError naming the first file that is missing, changed or not pinned.
     `root` replaces ROOT (tests check a copy)."""
     base_root = Path(root) if root else ROOT
-    return _verify(get_variant(name).folder, base_root)
+    return verify_folder(get_variant(name).folder, base_root)
 
 
 @functools.lru_cache(maxsize=None)
-def _verify(folder_name: str, base_root: Path) -> Path:
-    # Once per process: a train run resolves the name several times, and the files are
-    # read-only package data.
+def verify_folder(folder_name: str, base_root: Path) -> Path:
+    """`verify` of one folder under `base_root`, once per process: a train run resolves the
+    name several times, and the files are read-only package data (ship.py clears the cache
+    after it re-pins them)."""
     base = base_root / folder_name
     if not base.is_dir():
         raise ShippedModelError(f"the shipped proving ground {base} is missing; reinstall the package "

@@ -1,4 +1,4 @@
-"""The memory plan (cli/memory_model.py, memory_parts.py, memory_plan.py) on CPU: the
+"""The memory plan (memory/arithmetic.py, parts.py, plan.py) on CPU: the
 arithmetic for Qwen2.5-Math-1.5B, Qwen2.5-Math-7B and Qwen2.5-32B against hand-computed
 figures (their configs written here from the published dimensions, no weights), DeepSpeed's
 own estimator behind the DeepSpeed actor's states, the SPEED driver's in-flight window, and
@@ -11,10 +11,10 @@ import re
 
 import pytest
 
-from openrlhf_speed.cli import memory_model as mm
-from openrlhf_speed.cli import memory_parts as parts
-from openrlhf_speed.cli import memory_plan as plan
-from openrlhf_speed.cli.memory_model import GiB, Hardware, Layout, ModelDims
+from openrlhf_speed.memory import arithmetic
+from openrlhf_speed.memory import parts
+from openrlhf_speed.memory import plan
+from openrlhf_speed.memory.arithmetic import GiB, Hardware, Layout, ModelDims
 
 # The architecture fields of the published config.json files.
 QWEN_MATH_1_5B = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
@@ -33,8 +33,8 @@ H100 = Hardware(79.2 * GiB, 256 * GiB, 8, "test: 80 GB GPUs, 256 GiB hosts of 8 
 # of 2 (training) and 4 (log-probs), 4096 tokens, 4 engines of TP 1 at 0.9, B=16 x N=24 with
 # N_init 4, 64 prompts and 768 responses in flight.
 RECIPE_7B = Layout(actor_per_node=4, zero_stage=3, adam_offload=True, checkpointing=True, train_micro=2,
-                   rollout_micro=4, max_len=4096, engines=4, vllm_tp=1, utilization=0.9, batch=16, n=24, first=4,
-                   inflight_prompts=64, inflight_responses=768)
+                   rollout_micro=4, max_len=4096, engines=4, vllm_tp=1, utilization=0.9, batch=16, n=24,
+                   first_request=4, inflight_prompts=64, inflight_responses=768)
 
 
 # -- parameters and KV cache ---------------------------------------------------------------
@@ -96,7 +96,7 @@ def _printed_estimate(total, largest, gpus, nodes, options: str) -> tuple:
     (False, "offload_param=none, offload_optimizer=none, zero_init=1"),
 ])
 def test_deepspeed_states_are_deepspeeds_own_estimate(offload, options):
-    gpu, host = mm.deepspeed_states(D7, 3, offload, gpus_per_node=4, nodes=1)
+    gpu, host = arithmetic.deepspeed_states(D7, 3, offload, gpus_per_node=4, nodes=1)
     printed_cpu, printed_gpu = _printed_estimate(D7.params, D7.largest_layer_params, 4, 1, options)
     assert round(gpu.nbytes / GiB, 2) == printed_gpu and round(host.nbytes / GiB, 2) == printed_cpu
     if offload:  # by hand: 4 B x embedding + 2 B x params / 4 GPUs; host 16 B x params x 1.5
@@ -110,33 +110,33 @@ def test_megatron_32b_states_are_the_recipe_headers_figure():
     # the 32B recipe's header: 18 B x 32.8e9 / (8 x 2) = 36.9 GB at the optimizer step; a stage is
     # 32 layers + one embedding. Between steps the fp32 main gradients (4 B) are freed, so 14 B
     # stay and the step adds them back with AdamW's fp32 temporary.
-    states, step = mm.megatron_states(D32, tp=8, pp=2, bf16=True)
+    states, step = arithmetic.megatron_states(D32, tp=8, pp=2, bf16=True)
     stage = 32 * D32.layer_params + 152064 * 5120 + 5120
     assert states.nbytes == pytest.approx(14 * stage / 8)
     assert step.nbytes == pytest.approx(8 * stage / 8)
     assert round((states.nbytes + step.nbytes - 4 * stage / 8) / 1e9, 1) == 36.9
     # fused weight-gradient GEMMs (Transformer Engine) zero the main gradients before the backward
-    fused, fused_step = mm.megatron_states(D32, tp=8, pp=2, bf16=True, fused_wgrad=True)
+    fused, fused_step = arithmetic.megatron_states(D32, tp=8, pp=2, bf16=True, fused_wgrad=True)
     assert fused.nbytes == pytest.approx(18 * stage / 8) and fused_step.nbytes == pytest.approx(4 * stage / 8)
 
 
 def test_megatron_activations_are_the_logits_or_one_recomputed_layer_with_its_scores():
     t, L = 4096, 4096
-    full = mm.megatron_activations(D7, 1, L, 1, 1, "full", False, te=True)
+    full = arithmetic.megatron_activations(D7, 1, L, 1, 1, "full", False, te=True)
     inputs = 28 * t * 2 * 3584
-    assert full.nbytes == pytest.approx(inputs + max(t * mm.megatron_layer_bytes(D7, 1, False), t * 152064 * 6))
-    local = mm.megatron_activations(D7, 1, L, 1, 1, "full", False, te=False)  # 28 heads x 4096^2 scores
+    assert full.nbytes == pytest.approx(inputs + max(t * arithmetic.megatron_layer_bytes(D7, 1, False), t * 152064 * 6))
+    local = arithmetic.megatron_activations(D7, 1, L, 1, 1, "full", False, te=False)  # 28 heads x 4096^2 scores
     scores = 28 * L * L * 24
-    assert local.nbytes == pytest.approx(inputs + max(t * mm.megatron_layer_bytes(D7, 1, False) + scores,
+    assert local.nbytes == pytest.approx(inputs + max(t * arithmetic.megatron_layer_bytes(D7, 1, False) + scores,
                                                       t * 152064 * 6))
     assert local.nbytes > full.nbytes
 
 
 def test_activations_with_and_without_checkpointing():
-    with_ckpt = mm.deepspeed_activations(D7, 2, 4096, checkpointing=True)
-    without = mm.deepspeed_activations(D7, 2, 4096, checkpointing=False)
+    with_ckpt = arithmetic.deepspeed_activations(D7, 2, 4096, checkpointing=True)
+    without = arithmetic.deepspeed_activations(D7, 2, 4096, checkpointing=False)
     t, layer = 2 * 4096, 16 * 3584 + 2 * (3584 + 2 * 512) + 4 * 3584 + 8 * 18944  # 232,448 B per token
-    assert mm.hf_layer_bytes(D7) == layer
+    assert arithmetic.hf_layer_bytes(D7) == layer
     # the logits' backward (12 B each) comes before any layer is recomputed: the larger of the two
     assert with_ckpt.nbytes == 28 * t * 2 * 3584 + max(2 * t * layer, t * 152064 * 12)
     assert without.nbytes == 28 * t * layer + t * 152064 * 12
@@ -148,7 +148,7 @@ def test_in_flight_is_screening_of_the_window_plus_a_batchs_continuations():
     assert parts.in_flight(RECIPE_7B)[0] == 64 * 4 + 16 * 20 == 576
     capped = dataclasses.replace(RECIPE_7B, inflight_responses=128)
     assert parts.in_flight(capped)[0] == 128 + 16 * 20
-    uniform = dataclasses.replace(RECIPE_7B, first=24, inflight_prompts=16, inflight_responses=0)
+    uniform = dataclasses.replace(RECIPE_7B, first_request=24, inflight_prompts=16, inflight_responses=0)
     assert parts.in_flight(uniform)[0] == 16 * 24
     off = dataclasses.replace(RECIPE_7B, speed=False)
     assert parts.in_flight(off)[0] == 16 * 24
@@ -202,7 +202,7 @@ def test_a_kv_cache_too_small_names_utilization_tp_and_the_window():
 
 def test_32b_megatron_on_one_node_names_pipeline_parallel():
     lay = Layout(backend="megatron", actor_per_node=8, tp=8, pp=1, recompute="full", max_len=4096, engines=4,
-                 vllm_tp=4, batch=16, n=24, first=4, inflight_prompts=64)
+                 vllm_tp=4, batch=16, n=24, first_request=4, inflight_prompts=64)
     p = plan.make_plan(D32, lay, H100)
     assert "does not fit: actor needs" in p["verdict"]
     assert "--megatron.pp 2 with --actor.num_nodes 2 --actor.num_gpus_per_node 8" in p["verdict"]
@@ -241,7 +241,8 @@ def test_unknown_hardware_is_assumed_and_said():
 def test_when_no_single_flag_fixes_it_a_pair_is_named():
     # no checkpointing, Adam on 2 GPUs of 40 GiB: offload alone leaves 4096 tokens of full
     # activations (~36 GiB), checkpointing alone leaves 66 GiB of states
-    lay = Layout(actor_per_node=2, zero_stage=3, max_len=4096, engines=2, batch=4, n=8, first=4, inflight_prompts=8)
+    lay = Layout(actor_per_node=2, zero_stage=3, max_len=4096, engines=2, batch=4, n=8, first_request=4,
+                 inflight_prompts=8)
     small = dataclasses.replace(H100, gpu_bytes=40 * GiB)
     verdict = plan.make_plan(D7, lay, small)["verdict"]
     assert "fix: --ds.adam_offload with --actor.gradient_checkpointing_enable (" in verdict, verdict

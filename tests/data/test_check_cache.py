@@ -1,4 +1,4 @@
-"""A rerun that resumes reuses the whole-dataset passes of its first start (data/records.py):
+"""A rerun that resumes reuses the whole-dataset passes of its first start (data/check_cache.py):
 the train command's row check and the SPEED driver's prompt-length count, only while what they
 were computed from is unchanged."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from openrlhf_speed.cli import preflight
-from openrlhf_speed.data import records
+from openrlhf_speed.data import check_cache
 from openrlhf_speed.proving import resolve_model_or_proving
 from openrlhf_speed.rollout import speed_generator
 from openrlhf_speed.rollout.speed_generator import drop_too_long
@@ -53,7 +53,7 @@ def test_a_rerun_reuses_the_check_of_an_unchanged_dataset(tmp_path, reads):
     errors, notes = preflight.input_checks(make_args(tmp_path, path, load_enable=False))
     assert errors == [] and len(reads) == 1
     assert any("2 of 9 prompts are longer than 192" in n for n in notes) and any("duplicate" in n for n in notes)
-    assert os.path.isfile(tmp_path / "ckpt" / records.DATASET_CHECK)
+    assert os.path.isfile(tmp_path / "ckpt" / check_cache.DATASET_CHECK)
 
     errors, again = preflight.input_checks(make_args(tmp_path, path))
     assert errors == [] and len(reads) == 1  # not read again
@@ -87,7 +87,7 @@ def test_no_record_without_checkpoints_nor_after_a_failed_check(tmp_path, reads)
     assert not os.path.exists(tmp_path / "ckpt")  # the folder is the checkpoints'; none are saved
     bad = write_rows(tmp_path, ROWS[:1])  # fewer rows than the batch
     errors, _ = preflight.input_checks(make_args(tmp_path, bad))
-    assert errors and not os.path.exists(tmp_path / "ckpt" / records.DATASET_CHECK)
+    assert errors and not os.path.exists(tmp_path / "ckpt" / check_cache.DATASET_CHECK)
     preflight.input_checks(make_args(tmp_path, bad))
     assert len(reads) == 3
 
@@ -100,7 +100,7 @@ def test_the_driver_reuses_its_prompt_length_count_only_for_the_same_prompts(tmp
     labels = [str(i) for i in range(6)]
     args = make_args(tmp_path, None)
     first = drop_too_long(prompts, labels, tok, 200, args)
-    assert first[2] == [5] and os.path.isfile(tmp_path / "ckpt" / records.TOO_LONG)
+    assert first[2] == [5] and os.path.isfile(tmp_path / "ckpt" / check_cache.TOO_LONG)
 
     counted = []
     real = speed_generator.token_counts
@@ -116,7 +116,7 @@ def test_the_driver_reuses_its_prompt_length_count_only_for_the_same_prompts(tmp
 def test_an_unwritable_or_corrupt_record_is_recomputed_not_an_error(tmp_path, reads):
     path = write_rows(tmp_path, ROWS)
     (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / records.DATASET_CHECK).write_text("{not json")
+    (tmp_path / "ckpt" / check_cache.DATASET_CHECK).write_text("{not json")
     assert preflight.input_checks(make_args(tmp_path, path))[0] == [] and len(reads) == 1
     blocked = make_args(tmp_path, path)
     blocked.ckpt.path = str(tmp_path / "file_not_folder" / "ckpt")

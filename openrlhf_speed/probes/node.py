@@ -3,7 +3,7 @@ judges nothing; cli/doctor.py turns the facts into table rows.
 
 The probes that load compiled code or start processes (DeepSpeed's Adam ops, the NCCL
 all-reduce, the vLLM engine) run in a child process of their own (`python -m
-openrlhf_speed.cli.doctor_probes NAME ...`), so a crash, a hang or a compiler's output stays
+openrlhf_speed.probes.node NAME ...`), so a crash, a hang or a compiler's output stays
 out of the doctor's table: the child prints its facts as the last line, after RESULT_MARK.
 """
 
@@ -31,7 +31,7 @@ def _run(cmd: list, timeout: float) -> tuple:
 
 def child(name: str, *args: str, timeout: float = 600) -> dict:
     """Run probe `name` in a child Python process; its facts, or {"error": ...}."""
-    code, out = _run([sys.executable, "-m", "openrlhf_speed.cli.doctor_probes", name, *args], timeout)
+    code, out = _run([sys.executable, "-m", "openrlhf_speed.probes.node", name, *args], timeout)
     lines = [line for line in (out or "").splitlines() if line.startswith(RESULT_MARK)]
     if lines:
         return json.loads(lines[-1][len(RESULT_MARK):])

@@ -10,7 +10,7 @@ too. A pin is there when the folder holds a wheel or sdist of that name at that 
 local version such as torch's `+cpu` counts); the wheels' platform tags are pip's to check.
 
 Rule: standard library only. bootstrap.sh runs it with the bare interpreter before any venv
-exists (`python -m openrlhf_speed.cli.wheelhouse DIR --stack gpu`), and prints nothing of its
+exists (`python -m openrlhf_speed.probes.wheelhouse DIR --stack gpu`), and prints nothing of its
 own: each missing pin is one line here, naming it and what to do.
 """
 
@@ -169,7 +169,7 @@ def fix(stack: str) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m openrlhf_speed.cli.wheelhouse",
+    p = argparse.ArgumentParser(prog="python -m openrlhf_speed.probes.wheelhouse",
                                 description="Which pins of a stack a wheelhouse folder lacks.")
     p.add_argument("folder")
     p.add_argument("--stack", choices=("gpu", "cpu"), default="gpu")

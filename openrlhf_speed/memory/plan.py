@@ -7,16 +7,16 @@ fit and the flags that would fix it. Every `--dry_run` prints it (cli/flags.py),
 Rule: the plan never guesses silently. Hardware it cannot see is assumed (an 80 GB GPU,
 256 GiB of host RAM, 8 GPUs per node) and its first lines say so (`--plan.*` gives the real
 figures); estimates are marked with their margin; a model it cannot read gives "not made"
-with the reason, never a made-up figure. The figures and their formulas: cli/memory_model.py
+with the reason, never a made-up figure. The figures and their formulas: memory/arithmetic.py
 (DeepSpeed's own estimators for the DeepSpeed actor's states); the parts and their fixes:
-cli/memory_parts.py.
+memory/parts.py.
 """
 
 import dataclasses
 
-from openrlhf_speed.cli import memory_model as mm
-from openrlhf_speed.cli.memory_model import GiB, Hardware, Layout, ModelDims
-from openrlhf_speed.cli.memory_parts import fixes, parts
+from openrlhf_speed.memory import arithmetic
+from openrlhf_speed.memory.arithmetic import GiB, Hardware, Layout, ModelDims
+from openrlhf_speed.memory.parts import fixes, parts
 
 ASSUMED_GPU_GIB = 79.2  # an 80 GB A100 / H100, as torch reports its total memory
 ASSUMED_HOST_GIB = 256.0
@@ -76,11 +76,12 @@ def layout_from_args(args) -> Layout:
     from openrlhf_speed.rollout.speed_config import speed_config
 
     cfg = speed_config(args)
-    window = {"speed": False, "first": args.rollout.n_samples_per_prompt, "inflight_prompts": args.rollout.batch_size}
+    window = {"speed": False, "first_request": args.rollout.n_samples_per_prompt,
+              "inflight_prompts": args.rollout.batch_size}
     if cfg is not None:
         from openrlhf_speed.curriculum import STRATEGIES
 
-        window = {"speed": True, "first": STRATEGIES[cfg.strategy].screen_n(cfg),
+        window = {"speed": True, "first_request": STRATEGIES[cfg.strategy].screen_n(cfg),
                   "inflight_prompts": min(cfg.inflight_limit, cfg.buffer_limit),
                   "inflight_responses": cfg.max_inflight_responses or 0}
     mg = args.megatron
@@ -104,7 +105,7 @@ def make_plan(d: ModelDims, lay: Layout, hw: Hardware) -> dict:
     all_parts = parts(d, lay, hw)
     out = {"model": {"path": d.name, "params": d.params, "kv_bytes_per_token": d.kv_bytes_per_token(lay.vllm_bytes),
                      "describe": d.describe()},
-           "hardware": dataclasses.asdict(hw), "estimate_margin": mm.ESTIMATE_MARGIN, "parts": []}
+           "hardware": dataclasses.asdict(hw), "estimate_margin": arithmetic.ESTIMATE_MARGIN, "parts": []}
     verdict = "fits"
     for part in all_parts:
         entry = {"key": part.key, "title": part.title, "unit": part.unit, "total": part.total, "limit": part.limit,

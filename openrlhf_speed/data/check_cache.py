@@ -21,10 +21,13 @@ theirs, and are a cache: a record that cannot be read or written is recomputed, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 from typing import Optional
+
+from openrlhf_speed.storage.atomic import replace_file
 
 FORMAT = 1
 DATASET_CHECK = "dataset_check.json"
@@ -33,17 +36,8 @@ TOO_LONG = "prompts_too_long.json"
 
 def _write(path: str, record: dict) -> None:
     """Atomically, or not at all (a full disk or a read-only folder leaves no record)."""
-    tmp = f"{path}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+    with contextlib.suppress(OSError):
+        replace_file(path, lambda f: json.dump(record, f), text=True)
 
 
 def _read(path: str) -> Optional[dict]:

@@ -1,4 +1,4 @@
-"""The arithmetic behind the memory plan (cli/memory_plan.py): a model's dimensions from its
+"""The arithmetic behind the memory plan (memory/plan.py): a model's dimensions from its
 config.json, its parameter count, and the bytes each role holds, each figure returned with
 the formula that gave it, so the plan can print both; and the plain records the plan reads
 (Layout: the flags that matter; Hardware: what it checks against).
@@ -152,8 +152,8 @@ class Hardware:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """What the plan reads from the train flags (cli/memory_plan.layout_from_args); a fix
-    is a `dataclasses.replace` of it (cli/memory_parts.py)."""
+    """What the plan reads from the train flags (memory/plan.layout_from_args); a fix
+    is a `dataclasses.replace` of it (memory/parts.py)."""
 
     backend: str = "deepspeed"
     actor_nodes: int = 1
@@ -182,7 +182,7 @@ class Layout:
     vllm_bytes: int = 2
     batch: int = 1  # B, prompts per training step
     n: int = 1  # N, responses per prompt
-    first: int = 1  # size of a prompt's first request (N_init when screening)
+    first_request: int = 1  # responses a prompt's first request asks for (N_init when screening)
     inflight_prompts: int = 1  # the driver's prompt window, min(SpeedConfig.inflight_limit, buffer_limit)
     inflight_responses: int = 0  # --speed.max_inflight_responses, 0: none
     speed: bool = True  # False: OpenRLHF's own generator (--speed.strategy off)

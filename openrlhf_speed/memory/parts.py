@@ -1,6 +1,6 @@
-"""The memory plan's parts (cli/memory_plan.py assembles them): the actor, the reference
+"""The memory plan's parts (memory/plan.py assembles them): the actor, the reference
 model and the vLLM engines per GPU, the host RAM of the actor's first node, each a list of
-figures (cli/memory_model.py) with a total against its limit; and the fixes, the single
+figures (memory/arithmetic.py) with a total against its limit; and the fixes, the single
 flag changes under which a part that does not fit would fit.
 
 Rule: a fix is named only when the part, recomputed with that change, fits. The engines'
@@ -12,8 +12,8 @@ driver keeps in flight and vLLM's max_num_seqs (sequences it runs at once), each
 import dataclasses
 import math
 
-from openrlhf_speed.cli import memory_model as mm
-from openrlhf_speed.cli.memory_model import GiB, Figure, Hardware, Layout, ModelDims
+from openrlhf_speed.memory import arithmetic
+from openrlhf_speed.memory.arithmetic import GiB, Figure, Hardware, Layout, ModelDims
 
 VLLM_MAX_NUM_SEQS = 128  # vLLM's SchedulerConfig.DEFAULT_MAX_NUM_SEQS: OpenRLHF's AsyncLLMEngine gets it
 MAX_UTILIZATION = 0.95  # the highest --vllm.gpu_memory_utilization a fix proposes
@@ -58,26 +58,27 @@ class Part:
 # -- the parts -------------------------------------------------------------------------------
 def actor_part(d: ModelDims, lay: Layout, hw: Hardware) -> Part:
     if lay.backend == "megatron":
-        states, step = mm.megatron_states(d, lay.tp, lay.pp, lay.megatron_bf16, fused_wgrad=lay.te)
-        act = mm.megatron_activations(d, lay.train_micro, lay.max_len, lay.tp, lay.pp, lay.recompute,
-                                      lay.sequence_parallel, lay.te)
-        fwd = mm.forward_activations(d, lay.rollout_micro, lay.max_len, tp=lay.tp)
+        states, step = arithmetic.megatron_states(d, lay.tp, lay.pp, lay.megatron_bf16, fused_wgrad=lay.te)
+        act = arithmetic.megatron_activations(d, lay.train_micro, lay.max_len, lay.tp, lay.pp, lay.recompute,
+                                              lay.sequence_parallel, lay.te)
+        fwd = arithmetic.forward_activations(d, lay.rollout_micro, lay.max_len, tp=lay.tp)
         dp = lay.actor_gpus // (lay.tp * lay.pp)
         title = f"actor: Megatron-Core tp {lay.tp} x pp {lay.pp} x dp {dp} on {lay.actor_nodes} x {lay.actor_per_node} GPUs"
         transient = [act, fwd, step]
     else:
-        states, _ = mm.deepspeed_states(d, lay.zero_stage, lay.adam_offload, lay.actor_per_node, lay.actor_nodes)
-        act = mm.deepspeed_activations(d, lay.train_micro, lay.max_len, lay.checkpointing)
-        fwd = mm.forward_activations(d, lay.rollout_micro, lay.max_len)
+        states, _ = arithmetic.deepspeed_states(d, lay.zero_stage, lay.adam_offload, lay.actor_per_node,
+                                                lay.actor_nodes)
+        act = arithmetic.deepspeed_activations(d, lay.train_micro, lay.max_len, lay.checkpointing)
+        fwd = arithmetic.forward_activations(d, lay.rollout_micro, lay.max_len)
         title = (f"actor: DeepSpeed ZeRO-{lay.zero_stage} on {lay.actor_nodes} x {lay.actor_per_node} GPUs, "
                  f"Adam {'on the host (--ds.adam_offload)' if lay.adam_offload else 'on the GPU'}")
         transient = [act, fwd]
     resident = [states]
     if lay.has_ref and lay.ref_colocated:  # its own process: weights and a CUDA context stay
-        resident += [ref_weights(d, lay), Figure("reference process", mm.REF_RUNTIME_BYTES, "CUDA context, NCCL",
-                                                 estimate=True)]
-    resident.append(Figure("runtime", mm.TRAIN_RUNTIME_BYTES, "CUDA context, NCCL buffers, allocator fragmentation",
-                           estimate=True))
+        resident += [ref_weights(d, lay), Figure("reference process", arithmetic.REF_RUNTIME_BYTES,
+                                                 "CUDA context, NCCL", estimate=True)]
+    resident.append(Figure("runtime", arithmetic.TRAIN_RUNTIME_BYTES,
+                           "CUDA context, NCCL buffers, allocator fragmentation", estimate=True))
     total = sum(f.nbytes for f in resident) + max(f.nbytes for f in transient)
     how = "the resident figures + the largest transient one (they never coexist)"
     return Part("actor", title + ", per GPU", resident[:1] + transient + resident[1:], total, hw.gpu_bytes, how)
@@ -85,7 +86,7 @@ def actor_part(d: ModelDims, lay: Layout, hw: Hardware) -> Part:
 
 def ref_weights(d: ModelDims, lay: Layout) -> Figure:
     if lay.backend == "megatron":
-        per_rank = mm.megatron_stage_params(d, lay.pp) / lay.tp
+        per_rank = arithmetic.megatron_stage_params(d, lay.pp) / lay.tp
         return Figure("reference weights", 2 * per_rank, f"2 B x {per_rank / 1e9:.2f}e9 params (stage / tp)")
     if lay.ref_offload:
         return Figure("reference weights", 0, "--ref.offload: on the host")
@@ -96,8 +97,8 @@ def ref_weights(d: ModelDims, lay: Layout) -> Figure:
 
 def ref_part(d: ModelDims, lay: Layout, hw: Hardware) -> Part:
     """The reference model on GPUs of its own (not --train.colocate_actor_ref)."""
-    figures = [ref_weights(d, lay), mm.forward_activations(d, lay.rollout_micro, lay.max_len),
-               Figure("runtime", mm.TRAIN_RUNTIME_BYTES, "CUDA context, NCCL buffers", estimate=True)]
+    figures = [ref_weights(d, lay), arithmetic.forward_activations(d, lay.rollout_micro, lay.max_len),
+               Figure("runtime", arithmetic.TRAIN_RUNTIME_BYTES, "CUDA context, NCCL buffers", estimate=True)]
     return Part("reference", f"reference model on {lay.ref_gpus} GPUs of its own, per GPU", figures,
                 sum(f.nbytes for f in figures), hw.gpu_bytes, "the sum")
 
@@ -108,9 +109,9 @@ def in_flight(lay: Layout) -> tuple:
     if not lay.speed:
         return lay.batch * lay.n, f"--rollout.batch_size {lay.batch} x N {lay.n} (OpenRLHF's generator: the whole batch)"
     p = lay.inflight_prompts
-    cont = lay.n - lay.first
-    screen = p * lay.first
-    how = f"{p} prompts in flight x {'N_init' if cont else 'N'} {lay.first}"
+    cont = lay.n - lay.first_request
+    screen = p * lay.first_request
+    how = f"{p} prompts in flight x {'N_init' if cont else 'N'} {lay.first_request}"
     if lay.inflight_responses and lay.inflight_responses < screen:
         screen = lay.inflight_responses
         how += f" capped at --speed.max_inflight_responses {lay.inflight_responses}"
@@ -121,7 +122,7 @@ def in_flight(lay: Layout) -> tuple:
 
 def engine_capacity(d: ModelDims, lay: Layout, hw: Hardware) -> tuple:
     """(weights, runtime, cache Figures, KV bytes per token per rank, sequences per engine)."""
-    weights, runtime, cache = mm.vllm_kv_cache(d, lay.vllm_tp, lay.utilization, hw.gpu_bytes, lay.vllm_bytes)
+    weights, runtime, cache = arithmetic.vllm_kv_cache(d, lay.vllm_tp, lay.utilization, hw.gpu_bytes, lay.vllm_bytes)
     per_token = d.kv_bytes_per_token(lay.vllm_bytes, lay.vllm_tp)
     seqs = max(0, int(cache.nbytes // (per_token * lay.max_len)))
     return weights, runtime, cache, per_token, seqs
@@ -146,8 +147,8 @@ def engine_part(d: ModelDims, lay: Layout, hw: Hardware) -> Part:
     if per_engine > VLLM_MAX_NUM_SEQS:
         extra.append(f"vLLM runs at most {VLLM_MAX_NUM_SEQS} sequences at once per engine (max_num_seqs, its "
                      f"AsyncLLMEngine default): {per_engine - VLLM_MAX_NUM_SEQS} per engine wait in its queue")
-    if lay.speed and lay.n > lay.first:
-        worst = lay.inflight_prompts * max(lay.first, lay.n - lay.first)
+    if lay.speed and lay.n > lay.first_request:
+        worst = lay.inflight_prompts * max(lay.first_request, lay.n - lay.first_request)
         extra.append(f"at most {worst} if every prompt in flight were continuing at once")
     return Part("engines", f"vLLM: {lay.engines} engines x TP {lay.vllm_tp}, per GPU", [weights, runtime, cache],
                 need, seqs, f"per engine: min(in flight per engine, max_num_seqs {VLLM_MAX_NUM_SEQS}) sequences of "
@@ -159,13 +160,13 @@ def host_part(d: ModelDims, lay: Layout, hw: Hardware) -> Part:
     it, and a step's experiences in Ray's object store."""
     figures = []
     if lay.backend == "deepspeed":
-        figures.append(mm.deepspeed_states(d, lay.zero_stage, lay.adam_offload, lay.actor_per_node,
-                                           lay.actor_nodes)[1])
+        figures.append(arithmetic.deepspeed_states(d, lay.zero_stage, lay.adam_offload, lay.actor_per_node,
+                                                   lay.actor_nodes)[1])
         figures.append(Figure("checkpoint staging", 2 * d.params,
                               "the HF export (--ckpt.output_dir): DeepSpeed's consolidated bf16 state dict on rank 0, "
                               "2 B x params"))
     else:
-        figures.append(Figure("checkpoint staging", max(mm.MEGATRON_EXPORT_SHARD_BYTES, 2 * d.embedding_params),
+        figures.append(Figure("checkpoint staging", max(arithmetic.MEGATRON_EXPORT_SHARD_BYTES, 2 * d.embedding_params),
                               "the HF export writes one 1 GiB shard at a time (or the largest tensor, the embedding)"))
     if lay.has_ref and lay.ref_offload:
         ranks = 1 if lay.zero_stage == 3 else lay.ref_gpus // max(1, lay.ref_nodes)
@@ -173,8 +174,9 @@ def host_part(d: ModelDims, lay: Layout, hw: Hardware) -> Part:
                               "--ref.offload: 2 B x params per node"))
     total_gpus = lay.actor_gpus + lay.engines * lay.vllm_tp + (0 if lay.ref_colocated or not lay.has_ref else lay.ref_gpus)
     procs = min(hw.gpus_per_node, total_gpus)
-    figures.append(Figure("GPU processes", procs * mm.PROCESS_HOST_BYTES,
-                          f"{procs} on this node x {mm.PROCESS_HOST_BYTES / GiB:g} GiB (torch, CUDA, NCCL)", estimate=True))
+    figures.append(Figure("GPU processes", procs * arithmetic.PROCESS_HOST_BYTES,
+                          f"{procs} on this node x {arithmetic.PROCESS_HOST_BYTES / GiB:g} GiB (torch, CUDA, NCCL)",
+                          estimate=True))
     figures.append(Figure("Ray object store", lay.batch * lay.n * lay.max_len * EXPERIENCE_BYTES_PER_TOKEN,
                           f"a step's experiences: {lay.batch * lay.n} samples x {lay.max_len} tokens x "
                           f"{EXPERIENCE_BYTES_PER_TOKEN} B (Ray caps the store at 30% of RAM, filled on use)",
