@@ -165,6 +165,32 @@ def markdown(m: dict) -> str:
     return "\n".join(lines)
 
 
+README_BEGIN = "<!-- regime-map table: openrlhf-speed regime-map --readme README.md -->"
+README_END = "<!-- end regime-map table -->"
+
+
+def readme_table(m: dict) -> str:
+    """The README's compact table of the cells (rendered from regime.json, never by hand)."""
+    lines = ["| cell | CPU | B | `off`'s zero-variance share | SPEED over `off`, measured / projected | over DAPO, "
+             "measured / projected | ceiling, projected | SPEED's share of it |", "|---|---|---|---|---|---|---|---|"]
+    for r in m["rows"]:
+        so, sd, share = r["speed_over_off"] or {}, r["speed_over_dapo"] or {}, r["share_of_ceiling"]["projected"]
+        lines.append(f"| {r['cell']} | {r['kind']} | {r['batch']} | {r['off_zero_variance_early']:.2f} | "
+                     f"{_c(so.get('measured'))} / {_c(so.get('projected'))} | {_c(sd.get('measured'))} / "
+                     f"{_c(sd.get('projected'))} | {_c(r['ceiling'].get('projected'))} | "
+                     f"{'-' if share is None else format(share, '.0%')} |")
+    return "\n".join(lines)
+
+
+def with_readme_table(text: str, m: dict) -> str:
+    """`text` (the README) with the block between the markers replaced by readme_table(m)."""
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"the README has no block between '{README_BEGIN}' and '{README_END}'")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{readme_table(m)}\n{README_END}{tail}"
+
+
 def plot(m: dict, path: str) -> Optional[str]:
     rows = [r for r in m["rows"] if (r["speed_over_off"] or {}).get("projected", {}).get("point")]
     if not rows:
@@ -206,6 +232,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="docs/regime", help="folder for regime.md and regime.png")
     p.add_argument("--publish", default="benchmarks/regime/regime.json", help="where regime.json goes")
+    p.add_argument("--readme", default=None, help="also rewrite this README's regime-map table block")
     args = p.parse_args(argv)
     m = build()
     os.makedirs(args.out, exist_ok=True)
@@ -216,6 +243,9 @@ def main(argv=None) -> int:
     with open(os.path.join(args.out, "regime.md"), "w") as f:
         f.write(text + "\n")
     plot(m, os.path.join(args.out, "regime.png"))
+    if args.readme:
+        m_json = json.loads(json.dumps(m, default=float))  # the table as the published json renders it
+        Path(args.readme).write_text(with_readme_table(Path(args.readme).read_text(), m_json))
     print(text)
     print(f"[regime-map] {len(m['rows'])} cells; wrote {args.publish}, {args.out}/regime.md, {args.out}/regime.png")
     return 0

@@ -153,3 +153,23 @@ def test_max_runs_stops_a_sitting_and_resume_goes_on(tmp_path, monkeypatch, caps
     assert trained == ["uniform", "dapo", "speed"]
     with pytest.raises(SystemExit, match="--max_runs 0"):
         bench_run.main(argv[:-1] + ["0"])
+
+
+REPO = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def test_the_published_map_is_what_its_cells_rebuild():
+    """benchmarks/regime/regime.json, docs/regime/regime.md and the README's table are what
+    `openrlhf-speed regime-map` makes of the published cells' runs: no figure copied by hand."""
+    published = json.load(open(os.path.join(REPO, "benchmarks", "regime", "regime.json")))
+    rebuilt = json.loads(json.dumps(rm.build(), default=float))
+    assert [r["cell"] for r in rebuilt["rows"]] == [r["cell"] for r in published["rows"]]
+    assert rm.markdown(rebuilt) == rm.markdown(published)
+    assert open(os.path.join(REPO, "docs", "regime", "regime.md")).read() == rm.markdown(published) + "\n"
+    readme = open(os.path.join(REPO, "README.md")).read()
+    assert rm.with_readme_table(readme, published) == readme
+
+
+def test_a_readme_without_the_block_is_refused():
+    with pytest.raises(ValueError, match="no block between"):
+        rm.with_readme_table("# no table here\n", {"rows": []})
