@@ -228,7 +228,7 @@ def interpolate_to_target(evals: list, target: float) -> tuple:
     return None, None
 
 
-def _percentile(sorted_values: list, q: float) -> float:
+def percentile(sorted_values: list, q: float) -> float:
     """Linear-interpolated percentile (numpy's default) of an ascending list, q in [0, 1]."""
     pos = q * (len(sorted_values) - 1)
     lo = int(math.floor(pos))
@@ -256,7 +256,7 @@ def bootstrap_ratio(baseline: list, ours: list, reps: int = B_REPS, seed: int = 
     ratios.sort()
     tail = (1.0 - level) / 2
     point = (sum(baseline) / len(baseline)) / (sum(ours) / len(ours))
-    return point, _percentile(ratios, tail), _percentile(ratios, 1.0 - tail)
+    return point, percentile(ratios, tail), percentile(ratios, 1.0 - tail)
 
 
 def resolution(interval: Optional[tuple]) -> str:

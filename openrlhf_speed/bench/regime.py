@@ -28,7 +28,7 @@ import math
 import random
 from typing import Optional
 
-from openrlhf_speed.bench import aggregate as agg
+from openrlhf_speed.bench import aggregate
 
 OURS, BASE, FILTER = "speed", "off", "dapo"
 EARLY_STEPS = 5  # `off`'s zero-variance share "at step 0": its first steps, before the policy moves
@@ -40,7 +40,7 @@ def _runs_of(runs: dict, groups: dict, name: str) -> list:
 
 def steps_to(run: dict, target: float) -> tuple[float, bool]:
     """(steps to target, reached); a run that never reaches it counts its whole horizon."""
-    _, step = agg.interpolate_to_target(run["evals"], target)
+    _, step = aggregate.interpolate_to_target(run["evals"], target)
     if step is None:
         return float(len(run["steps"])), False
     return step, True
@@ -48,11 +48,11 @@ def steps_to(run: dict, target: float) -> tuple[float, bool]:
 
 def informative_share(steps: list) -> float:
     """1 - the zero-variance share of trained tokens (aggregate.mechanism's column)."""
-    z = agg.mechanism(steps).get("zero_variance_share", float("nan"))
+    z = aggregate.mechanism(steps).get("zero_variance_share", float("nan"))
     return 1.0 - z
 
 
-def _bootstrap(fn, samples: list, reps: int = agg.B_REPS, seed: int = agg.B_SEED) -> Optional[dict]:
+def _bootstrap(fn, samples: list, reps: int = aggregate.B_REPS, seed: int = aggregate.B_SEED) -> Optional[dict]:
     """{'point', 'low', 'high'} of fn(*lists) with each list resampled with replacement."""
     point = fn(*samples)
     if point is None or math.isnan(point):
@@ -66,7 +66,7 @@ def _bootstrap(fn, samples: list, reps: int = agg.B_REPS, seed: int = agg.B_SEED
     vals.sort()
     if not vals:
         return None
-    return {"point": point, "low": agg._percentile(vals, 0.025), "high": agg._percentile(vals, 0.975)}
+    return {"point": point, "low": aggregate.percentile(vals, 0.025), "high": aggregate.percentile(vals, 0.975)}
 
 
 def _mean(xs: list) -> float:
@@ -93,14 +93,14 @@ def accuracy_at(evals: list, clock: float, key: str = "train_wall_s") -> tuple[f
 
 def _with_projected(evals: list, clock: list) -> list:
     """Evaluations with 'projected_s': the projected clock at their step."""
-    return [{**e, "projected_s": agg.clock_at_step(clock, e["step"])} for e in evals]
+    return [{**e, "projected_s": aggregate.clock_at_step(clock, e["step"])} for e in evals]
 
 
 def ceiling_clock(steps: list, ratio: float, s_per_train_token: float) -> list:
     """The projected clock of a run whose discarded generation cost nothing."""
-    kept = [{**st, "speed/tokens_generated": agg.num(st, "speed/tokens_generated")
-             - agg.num(st, "speed/tokens_discarded")} for st in steps]
-    return agg.projected_clock(kept, ratio, s_per_train_token)
+    kept = [{**st, "speed/tokens_generated": aggregate.num(st, "speed/tokens_generated")
+             - aggregate.num(st, "speed/tokens_discarded")} for st in steps]
+    return aggregate.projected_clock(kept, ratio, s_per_train_token)
 
 
 def measured_ceiling_clock(steps: list) -> list:
@@ -108,16 +108,16 @@ def measured_ceiling_clock(steps: list) -> list:
     tokens, pro rata by tokens (the driver waits for generation between training steps)."""
     out, saved = [0.0], 0.0
     for st in steps:
-        gen = agg.num(st, "speed/tokens_generated")
+        gen = aggregate.num(st, "speed/tokens_generated")
         if gen:
-            saved += agg.num(st, "timing/generation") * agg.num(st, "speed/tokens_discarded") / gen
+            saved += aggregate.num(st, "timing/generation") * aggregate.num(st, "speed/tokens_discarded") / gen
         out.append(float(st["train_wall_s"]) - saved)
     return out
 
 
 def _time_at(clock: list, run: dict, target: float) -> tuple[float, bool]:
     step, reached = steps_to(run, target)
-    return agg.clock_at_step(clock, step), reached
+    return aggregate.clock_at_step(clock, step), reached
 
 
 def _ratio_cell(base: list, ours: list) -> dict:
@@ -127,7 +127,7 @@ def _ratio_cell(base: list, ours: list) -> dict:
         return {"verdict": "not measured (no runs)"}
     if not all(r for _, r in ours):
         return {"verdict": "not measured (a run did not reach the target)"}
-    ci = agg.bootstrap_ratio([v for v, _ in base], [v for v, _ in ours])
+    ci = aggregate.bootstrap_ratio([v for v, _ in base], [v for v, _ in ours])
     if ci is None:
         return {"verdict": "not measured"}
     cell = {"point": ci[0], "low": ci[1], "high": ci[2]}
@@ -137,8 +137,8 @@ def _ratio_cell(base: list, ours: list) -> dict:
 
 
 def discarded_share(steps: list) -> float:
-    gen = sum(agg.num(st, "speed/tokens_generated") for st in steps)
-    return sum(agg.num(st, "speed/tokens_discarded") for st in steps) / gen if gen else float("nan")
+    gen = sum(aggregate.num(st, "speed/tokens_generated") for st in steps)
+    return sum(aggregate.num(st, "speed/tokens_discarded") for st in steps) / gen if gen else float("nan")
 
 
 def cell(runs: dict, groups: dict, target: Optional[float], settings: dict, model: Optional[dict],
@@ -163,7 +163,7 @@ def cell(runs: dict, groups: dict, target: Optional[float], settings: dict, mode
            "steps_to_target": {c: [round(s, 2) if r else None for s, r in st[c]] for c in (BASE, FILTER, OURS)},
            "step_ratio": _ratio_cell(st[BASE], st[OURS]), "rho": rho,
            "alpha": {**alpha, "at_least": floor} if alpha else None}
-    measured = {c: [(agg.interpolate_to_target(runs[k]["evals"], target)[0] or _whole(runs[k]), r)
+    measured = {c: [(aggregate.interpolate_to_target(runs[k]["evals"], target)[0] or _whole(runs[k]), r)
                     for k, (_, r) in zip(ks, st[c])] for c, ks in keys.items()}
     others = [c for c in names if c != BASE]
     free = {c: [_time_at(measured_ceiling_clock(runs[k]["steps"]), runs[k], target) for k in keys[c]] for c in others}
@@ -176,9 +176,9 @@ def cell(runs: dict, groups: dict, target: Optional[float], settings: dict, mode
     budget["accuracy"] = {c: _mean([accuracy_at(runs[k]["evals"], budget["clock_s"])[0] for k in ks])
                           for c, ks in keys.items()}
     if model and linear_clocks:
-        proj = {c: [(agg.clock_at_step(linear_clocks[k], s), r) for k, (s, r) in zip(ks, st[c])]
+        proj = {c: [(aggregate.clock_at_step(linear_clocks[k], s), r) for k, (s, r) in zip(ks, st[c])]
                 for c, ks in keys.items()}
-        cfree = {c: [(agg.clock_at_step(ceiling_clock(runs[k]["steps"], model["ratio"], model["s_per_train_token"]),
+        cfree = {c: [(aggregate.clock_at_step(ceiling_clock(runs[k]["steps"], model["ratio"], model["s_per_train_token"]),
                                         s), r) for k, (s, r) in zip(keys[c], st[c])] for c in others}
         out["ceiling"]["projected"] = _ratio_cell(proj[BASE], cfree[FILTER])
         for c in others:
@@ -204,7 +204,8 @@ def _whole(run: dict) -> float:
     return float(run["steps"][-1]["train_wall_s"]) if run["steps"] else 0.0
 
 
-def _c(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
+def format_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
+    """A figure with its interval as the tables print it: 1.19x [1.04-1.39], ">=" for a floor."""
     if not ci or "point" not in ci:
         return (ci or {}).get("verdict", "-")
     floor = ">=" if ci.get("at_least") else ""
@@ -221,17 +222,17 @@ def markdown(c: Optional[dict], headlines: Optional[dict]) -> list:
              f"{c['off_zero_variance']:.2f} over the run):",
              f"- steps to target: " + "; ".join(f"{k} " + ", ".join("-" if s is None else f"{s:.1f}" for s in v)
                                                 for k, v in c["steps_to_target"].items()),
-             f"- step ratio off / speed {_c(c['step_ratio'])}; rho (informative share, speed / off) {_c(c['rho'])}; "
-             f"alpha (step ratio = rho^alpha) {_c(c['alpha'], '.2f', '')}"]
+             f"- step ratio off / speed {format_ci(c['step_ratio'])}; rho (informative share, speed / off) {format_ci(c['rho'])}; "
+             f"alpha (step ratio = rho^alpha) {format_ci(c['alpha'], '.2f', '')}"]
     for kind, label in (("measured", "measured"), ("projected", "GPU projection")):
         ceil = c["ceiling"].get(kind)
         if ceil is None:
             continue
         sp = ratios.get("speed_over_off", {}).get("measured" if kind == "measured" else "projected_linear")
         share = share_of_ceiling(sp, ceil)
-        lines.append(f"- ceiling over off ({label}; DAPO's kept groups, its discards free): {_c(ceil)}; SPEED "
-                     f"{_c(sp)}" + ("" if share is None else f", {share:.0%} of the ceiling")
-                     + f"; SPEED with its discarded screenings free {_c(c['discards_free'].get(kind))}")
+        lines.append(f"- ceiling over off ({label}; DAPO's kept groups, its discards free): {format_ci(ceil)}; SPEED "
+                     f"{format_ci(sp)}" + ("" if share is None else f", {share:.0%} of the ceiling")
+                     + f"; SPEED with its discarded screenings free {format_ci(c['discards_free'].get(kind))}")
     for name, d in c.get("curricula", {}).items():
         if name in (FILTER, OURS):
             continue
@@ -240,9 +241,9 @@ def markdown(c: Optional[dict], headlines: Optional[dict]) -> list:
         share = share_of_ceiling(sp, c["ceiling"].get("projected"))
         lines.append(f"- {name}: steps to target " + ", ".join("-" if s is None else f"{s:.1f}"
                                                                for s in d["steps_to_target"])
-                     + f"; over off, projected {_c(sp)}" + ("" if share is None else f", {share:.0%} of the ceiling")
+                     + f"; over off, projected {format_ci(sp)}" + ("" if share is None else f", {share:.0%} of the ceiling")
                      + f"; discarded share {d['discarded_share']:.2f}; its discards free "
-                     f"{_c(d['discards_free'].get('projected'))}")
+                     f"{format_ci(d['discards_free'].get('projected'))}")
     b = c["budget"]
     lines.append(f"- held-out accuracy at off's whole clock ({b['clock_s']:.0f} s): "
                  + ", ".join(f"{k} {v:.3f}" for k, v in b["accuracy"].items()))

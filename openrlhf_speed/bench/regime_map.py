@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from openrlhf_speed.bench import regime as rg
+from openrlhf_speed.bench import regime
 
 ROOT = Path(__file__).resolve().parents[2]
 # (name, results folder, CPU kind): the cells of the map, each a published benchmark.
@@ -39,7 +39,7 @@ CELLS = (
 def load_cell(folder: str) -> Optional[dict]:
     """(report) rebuilt from a published folder's results.json and bench.json; None when the
     folder is not published yet."""
-    from openrlhf_speed.bench import report as rep
+    from openrlhf_speed.bench import report
 
     path = Path(folder)
     if not (path / "results.json").is_file():
@@ -47,7 +47,7 @@ def load_cell(folder: str) -> Optional[dict]:
     d = json.loads((path / "results.json").read_text())
     rule = json.loads((path / "bench.json").read_text()).get("target_rule")
     groups = {k: v["curriculum"] for k, v in d["runs_summary"].items()}
-    return rep.build_report(d["runs"], None if rule else d["target_accuracy"], d["settings"], groups=groups,
+    return report.build_report(d["runs"], None if rule else d["target_accuracy"], d["settings"], groups=groups,
                             rule=rule)
 
 
@@ -59,7 +59,7 @@ def row(name: str, kind: str, report: dict) -> Optional[dict]:
     pick = {k: {"measured": v.get("measured"), "projected": v.get("projected_linear")} for k, v in ratios.items()}
     out = {"cell": name, "kind": kind, **c, "speed_over_off": pick.get("speed_over_off"),
            "speed_over_dapo": pick.get("speed_over_dapo")}
-    out["share_of_ceiling"] = {k: rg.share_of_ceiling((out["speed_over_off"] or {}).get(k), c["ceiling"].get(k))
+    out["share_of_ceiling"] = {k: regime.share_of_ceiling((out["speed_over_off"] or {}).get(k), c["ceiling"].get(k))
                                for k in ("measured", "projected")}
     return out
 
@@ -130,7 +130,7 @@ def build(cells=CELLS, root: Path = ROOT) -> dict:
 
 
 def _c(ci, spec=".2f", unit="x") -> str:
-    return rg._c(ci, spec, unit) if ci else "-"
+    return regime.format_ci(ci, spec, unit) if ci else "-"
 
 
 def markdown(m: dict) -> str:

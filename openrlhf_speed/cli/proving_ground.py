@@ -84,13 +84,13 @@ def main(argv=None) -> int:
 
 
 def _build(args) -> int:
-    from openrlhf_speed.proving import build as pg
+    from openrlhf_speed.proving import build as builder
     from openrlhf_speed.proving.ship import compare
 
     from openrlhf_speed.proving import get_variant, shipped
 
     source = get_variant(args.variant).weights_from  # v5 starts from v4's shipped weights
-    out = pg.build(args.variant, seed=args.seed, out=args.out, force=args.force,
+    out = builder.build(args.variant, seed=args.seed, out=args.out, force=args.force,
                    weights_dir=shipped.path(source) if source else None)
     text, _ = compare(args.variant, out)
     print(text)

@@ -33,7 +33,7 @@ from .history import PromptHistory, decision_uniform
 from .posterior import betabinom_pmf
 from .records import PHASE_CONTINUE, PHASE_FULL, PHASE_SCREEN
 from .strategies import (ACCEPT, REJECT, REQUEST, SKIP, Decision, SpeedStrategy, Strategy,
-                         _band_reasons, pass_rate, qualify, register_strategy)
+                         band_reasons, pass_rate, qualify, register_strategy)
 
 # Salts of the keyed draws, so two strategies (or two uses) never share a draw.
 _SALT_GRESO = 1
@@ -61,7 +61,7 @@ class GresoStrategy(Strategy):
     """Pre-rollout skipping of prompts with zero-variance streaks (see the module docstring)."""
 
     name = "greso"
-    reasons = ("greso_skip_easy", "greso_skip_hard") + _band_reasons("group")
+    reasons = ("greso_skip_easy", "greso_skip_hard") + band_reasons("group")
     P_MIN, P_MAX = 0.05, 0.95  # the reference's min_p / max_p
     FLOOR = 0.01  # the reference's least keep probability
 
@@ -130,7 +130,7 @@ class CuresStrategy(Strategy):
 
     name = "cures"
     uses_n_init = True
-    reasons = _band_reasons("screen") + _band_reasons("group") + ("group_complete",)
+    reasons = band_reasons("screen") + band_reasons("group") + ("group_complete",)
     PRIOR = 1.0  # Beta(1 + c, 1 + w), as the reference's counters
 
     @classmethod
@@ -187,7 +187,7 @@ class SpeedBayesStrategy(Strategy):
 
     name = "speed_bayes"
     uses_n_init = True
-    reasons = (SpeedStrategy.reasons + _band_reasons("group")
+    reasons = (SpeedStrategy.reasons + band_reasons("group")
                + ("bayes_skip_low", "bayes_skip_high", "bayes_admit", "bayes_explore"))
     PRIOR = 0.5  # Jeffreys: a weak prior, so a few all-wrong screenings make a confident posterior
     FLOOR = 0.05

@@ -34,7 +34,7 @@ import numpy as np
 from .config import FLAGS, SpeedConfig
 from .history import PromptHistory
 from .records import PHASE_CONTINUE, PHASE_SCREEN
-from .strategies import (ACCEPT, REJECT, REQUEST, Decision, SpeedStrategy, _band_reasons, pass_rate, qualify,
+from .strategies import (ACCEPT, REJECT, REQUEST, Decision, SpeedStrategy, band_reasons, pass_rate, qualify,
                          register_strategy)
 
 GRID = np.linspace(0.0, 1.0, 21)  # pass rates the tag priors put weight on
@@ -77,7 +77,7 @@ class SeqScreenStrategy(SpeedStrategy):
     """Two-stage screening with a tag prior and a cost rule (see the module docstring)."""
 
     name = "speed_seq"
-    reasons = _band_reasons("screen") + ("seq_more", "seq_stop_all_wrong", "seq_stop_all_correct",
+    reasons = band_reasons("screen") + ("seq_more", "seq_stop_all_wrong", "seq_stop_all_correct",
                                          "group_complete")
 
     def __init__(self, config: SpeedConfig) -> None:

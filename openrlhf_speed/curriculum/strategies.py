@@ -77,7 +77,8 @@ def qualify(rate: float, low: float, high: float, stage: str) -> tuple[bool, str
     return True, f"{stage}_qualified"
 
 
-def _band_reasons(stage: str) -> tuple[str, ...]:
+def band_reasons(stage: str) -> tuple[str, ...]:
+    """The reason keys of a pass-rate band check at `stage` (screen or group), as qualify names them."""
     return tuple(f"{stage}_{r}" for r in ("all_wrong", "too_hard", "qualified", "too_easy", "all_correct"))
 
 
@@ -156,7 +157,7 @@ class SpeedStrategy(Strategy):
     """Screen N_init, continue qualified prompts with N - N_init (SPEED)."""
 
     name = "speed"
-    reasons = _band_reasons("screen") + ("group_complete",)
+    reasons = band_reasons("screen") + ("group_complete",)
     uses_n_init = True
 
     @classmethod
@@ -198,7 +199,7 @@ class DapoStrategy(Strategy):
     """Generate all N, then keep groups whose pass rate is inside the band (DAPO)."""
 
     name = "dapo"
-    reasons = _band_reasons("group")
+    reasons = band_reasons("group")
 
     def after_scored(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> Decision:
         cfg = self.config

@@ -35,7 +35,7 @@ def test_bootstrap_interval_and_verdicts():
     assert aggregate.bootstrap_ratio([10.0, 20.0], [10.0, 20.0]) == ci  # fixed RNG seed: reproducible
     assert aggregate.resolution((0.9, 0.8, 0.95)) == "slower"
     assert aggregate.bootstrap_ratio([10.0, None], [5.0]) is None and aggregate.resolution(None) == "not measured"
-    assert aggregate._percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert aggregate.percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
 
 
 def test_projection_prices_tokens_so_uniform_generation_is_twice_its_training():

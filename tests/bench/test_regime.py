@@ -59,7 +59,7 @@ def test_cell_on_hand_runs():
             "speed-r2": _run([0.3, 0.4, 0.5, 0.5, 0.5], 12.0, gen=150.0, discarded=50.0)}
     groups = {k: k.split("-")[0] for k in runs}
     model = {"ratio": 2.0, "s_per_train_token": 1.0}
-    clocks = {k: rg.agg.projected_clock(r["steps"], 2.0, 1.0) for k, r in runs.items()}
+    clocks = {k: rg.aggregate.projected_clock(r["steps"], 2.0, 1.0) for k, r in runs.items()}
     c = rg.cell(runs, groups, 0.5, {"batch": 4, "n": 24}, model, clocks)
     assert c["steps_to_target"] == {"off": [4.0, 4.0], "dapo": [2.0, 2.0], "speed": [2.0, 2.0]}
     assert c["step_ratio"]["point"] == pytest.approx(2.0) and c["rho"]["point"] == pytest.approx(2.0)

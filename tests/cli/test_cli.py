@@ -1,14 +1,13 @@
 """The console script: subcommands, flag validation and dry runs, through the real parser."""
 
 import json
-import subprocess
 
 import pytest
-from _util import openrlhf_speed_cmd
+from _cli import run_cli
 
 
 def run(*args, timeout=600):
-    return subprocess.run([*openrlhf_speed_cmd(), *args], capture_output=True, text=True, timeout=timeout)
+    return run_cli(*args, timeout=timeout)
 
 
 def test_help_lists_commands():

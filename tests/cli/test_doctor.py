@@ -7,6 +7,7 @@ import json
 import subprocess
 
 import pytest
+from _cli import run_cli
 from _util import openrlhf_speed_cmd
 
 from openrlhf_speed.cli import doctor
@@ -202,8 +203,7 @@ def test_doctor_plan_end_to_end(tmp_path):
            "--vllm.num_engines", "2", "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
            "--rollout.batch_size", "4", "--rollout.n_samples_per_prompt", "8", "--train.batch_size", "32",
            "--data.max_len", "4096", "--actor.gradient_checkpointing_enable", "--plan.gpu_memory_gib", "40"]
-    proc = subprocess.run([*openrlhf_speed_cmd(), "doctor", "--plan", "--skip_engine", "--skip_ds_ops", "--", *run],
-                          capture_output=True, text=True, timeout=900)
+    proc = run_cli("doctor", "--plan", "--skip_engine", "--skip_ds_ops", "--", *run, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]  # a CPU machine exits 0
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| memory plan"))
     assert "| MISSING | does not fit: actor needs" in row and "GPU 40 GiB (--plan.gpu_memory_gib)" in row, row

@@ -2,10 +2,9 @@
 combination named by its flag (before any actor starts)."""
 
 import json
-import subprocess
 
 import pytest
-from _util import openrlhf_speed_cmd
+from _cli import run_cli
 
 BASE = ("train", "--dry_run", "--vllm.num_engines", "1", "--algo.advantage.estimator", "rloo",
         "--algo.kl.init_coef", "0", "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4",
@@ -13,7 +12,7 @@ BASE = ("train", "--dry_run", "--vllm.num_engines", "1", "--algo.advantage.estim
 
 
 def run(*args):
-    return subprocess.run([*openrlhf_speed_cmd(), *BASE, *args], capture_output=True, text=True, timeout=600)
+    return run_cli(*BASE, *args)
 
 
 def test_megatron_plan_maps_replicas_onto_openrlhf_dispatch():

@@ -3,10 +3,9 @@ real parser into args.speed (a dry run: nothing is started)."""
 
 import argparse
 import json
-import subprocess
 
 import pytest
-from _util import openrlhf_speed_cmd
+from _cli import run_cli
 
 from openrlhf_speed.cli.reward_flags import add_reward_guard_arguments
 
@@ -29,12 +28,9 @@ def test_out_of_range_is_refused(flag, value):
 
 
 def test_dry_run_carries_the_flags():
-    out = subprocess.run(
-        [*openrlhf_speed_cmd(), "train", "--dry_run", "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1",
-         "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4", "--train.batch_size", "16",
-         "--speed.reward_max_error_rate", "0.1", "--speed.reward_retries", "0"],
-        capture_output=True, text=True, timeout=600,
-    )
+    out = run_cli("train", "--dry_run", "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1",
+                  "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4", "--train.batch_size", "16",
+                  "--speed.reward_max_error_rate", "0.1", "--speed.reward_retries", "0")
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout[out.stdout.index("{"):])
     assert plan["config"]["speed"]["reward_max_error_rate"] == 0.1 and plan["config"]["speed"]["reward_retries"] == 0

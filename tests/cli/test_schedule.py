@@ -4,11 +4,10 @@ actor works; resolved once in the driver, and said in the run's first lines."""
 
 import json
 import os
-import subprocess
 from types import SimpleNamespace as NS
 
 import pytest
-from _util import openrlhf_speed_cmd
+from _cli import run_cli
 
 from openrlhf_speed.cli import flags
 from openrlhf_speed.compat.device import DEVICE_ENV
@@ -84,9 +83,9 @@ def test_a_dry_run_without_cuda_leaves_a_device_dependent_auto_to_the_machine_th
 
 
 def _dry_run(*more, device=None):
-    env = {**os.environ, **({DEVICE_ENV: device} if device else {})}
-    return subprocess.run([*openrlhf_speed_cmd(), "train", "--dry_run", *SMALL, *more], capture_output=True,
-                          text=True, timeout=600, env=env)
+    # The device is read when the shims install, at import: a run on another device is a fresh process.
+    env = {**os.environ, DEVICE_ENV: device} if device else None
+    return run_cli("train", "--dry_run", *SMALL, *more, env=env)
 
 
 def test_the_run_prints_the_schedule_with_its_device_in_its_first_lines():

@@ -315,21 +315,17 @@ def test_length_sorted_pieces_give_the_whole_batchs_gradient():
         torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
 
 
-def test_train_with_a_proving_model_defaults_to_its_own_data(tmp_path):
-    import os
-    import subprocess
-
-    from _util import openrlhf_speed_cmd
+def test_train_with_a_proving_model_defaults_to_its_own_data(tmp_path, monkeypatch):
+    from _cli import run_cli
 
     from openrlhf_speed.proving import shipped
 
     cache = tmp_path / "cache"  # empty: the name resolves to the shipped copy, nothing is built
-    out = subprocess.run([*openrlhf_speed_cmd(), "train", "--dry_run", "--actor.model_name_or_path", "proving-ci",
-                          "--vllm.num_engines", "1", "--actor.num_gpus_per_node", "1", "--algo.advantage.estimator", "rloo",
-                          "--algo.kl.init_coef", "0", "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4",
-                          "--train.batch_size", "16", "--eval.dataset", "embedded"],
-                         capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "OPENRLHF_SPEED_CACHE": str(cache)})
+    monkeypatch.setenv("OPENRLHF_SPEED_CACHE", str(cache))  # read when a model name resolves, not at import
+    out = run_cli("train", "--dry_run", "--actor.model_name_or_path", "proving-ci", "--vllm.num_engines", "1",
+                  "--actor.num_gpus_per_node", "1", "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
+                  "--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "4", "--train.batch_size", "16",
+                  "--eval.dataset", "embedded")
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout[out.stdout.index("{"):])
     folder = shipped.ROOT / recipe.get_variant("ci").folder
