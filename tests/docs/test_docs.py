@@ -35,6 +35,7 @@ OUTSIDE_FLAGS = {
                       "--exclusive", "--gpus-per-task", "--ntasks-per-node", "--time"},
     "hf download": {"--repo-type", "--local-dir"},
     "pip": {"--no-build-isolation", "--no-deps"},
+    "pytest": {"--durations"},
 }
 
 FLAG = re.compile(r"(?<![\w/!-])--[A-Za-z][\w.-]*")  # not an HTML comment's <!--
