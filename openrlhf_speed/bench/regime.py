@@ -73,8 +73,13 @@ def _mean(xs: list) -> float:
     return sum(xs) / len(xs)
 
 
+def _over(a: float, b: float) -> float:
+    """a / b, NaN for b = 0: a run that met the target at step 0, or no informative group."""
+    return a / b if b else float("nan")
+
+
 def _alpha(base_steps, ours_steps, base_share, ours_share):
-    ratio, rho = _mean(base_steps) / _mean(ours_steps), _mean(ours_share) / _mean(base_share)
+    ratio, rho = _over(_mean(base_steps), _mean(ours_steps)), _over(_mean(ours_share), _mean(base_share))
     if rho <= 1.0 or ratio <= 0:
         return float("nan")
     return math.log(ratio) / math.log(rho)
@@ -156,7 +161,7 @@ def cell(runs: dict, groups: dict, target: Optional[float], settings: dict, mode
     share = {c: [informative_share(runs[k]["steps"]) for k in ks] for c, ks in keys.items()}
     floor = not all(r for _, r in st[BASE])
     alpha = _bootstrap(_alpha, [[s for s, _ in st[BASE]], [s for s, _ in st[OURS]], share[BASE], share[OURS]])
-    rho = _bootstrap(lambda b, o: _mean(o) / _mean(b), [share[BASE], share[OURS]])
+    rho = _bootstrap(lambda b, o: _over(_mean(o), _mean(b)), [share[BASE], share[OURS]])
     early = [1.0 - informative_share(runs[k]["steps"][:EARLY_STEPS]) for k in keys[BASE]]
     out = {"batch": settings.get("batch"), "n": settings.get("n"), "target": target,
            "off_zero_variance_early": _mean(early), "off_zero_variance": 1.0 - _mean(share[BASE]),

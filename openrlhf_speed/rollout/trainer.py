@@ -202,12 +202,15 @@ def make_trainer_class(upstream_actor_class):
             if self.args.eval.at_start and self.eval_dataloader and not self._resume_sync:
                 self.evaluate(0, **self._eval_kwargs())
             self._clock_start, self._excluded_s = time.time(), 0.0
-            upstream = sys.modules[base.fit.__module__]  # whose `tqdm` upstream fit() calls
-            upstream.tqdm = episode_bars(self._curriculum_done)
+            # The globals upstream fit() reads `tqdm` from: its module's, or in a Ray worker the
+            # copy cloudpickle made when it shipped the class by value (the driver had replaced
+            # the module's PPOTrainer with this class, so the name no longer led to it).
+            upstream = base.fit.__globals__
+            upstream["tqdm"] = episode_bars(self._curriculum_done)
             try:
                 result = super().fit(global_step)
             finally:
-                upstream.tqdm = tqdm
+                upstream["tqdm"] = tqdm
             if self.args.train.generation_only:
                 self._drain_generation_only()
             return result

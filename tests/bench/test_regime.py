@@ -48,6 +48,18 @@ def test_informative_share_and_alpha():
     assert rg._alpha([4.0], [2.0], [0.5], [1.0]) == pytest.approx(1.0)
     assert rg._alpha([4.0], [4.0], [0.5], [1.0]) == pytest.approx(0.0)
     assert math.isnan(rg._alpha([4.0], [2.0], [1.0], [1.0]))  # no informative gain: alpha undefined
+    # A curriculum at the target from step 0, or an off without one informative group (a
+    # one-step CI bench): no alpha and no rho, and the report still writes.
+    assert math.isnan(rg._alpha([4.0], [0.0], [0.5], [1.0])) and math.isnan(rg._alpha([4.0], [2.0], [0.0], [1.0]))
+
+
+def test_a_one_step_benchmark_gets_its_report_without_alpha():
+    runs = {"off-r1": _run([0.3, 0.35], 10.0, useful=0.0), "dapo-r1": _run([0.3, 0.3], 30.0),
+            "speed-r1": _run([0.3, 0.4], 12.0)}
+    groups = {k: k.split("-")[0] for k in runs}
+    clocks = {k: rg.aggregate.projected_clock(r["steps"], 2.0, 1.0) for k, r in runs.items()}
+    c = rg.cell(runs, groups, 0.3, {"batch": 4, "n": 4}, {"ratio": 2.0, "s_per_train_token": 1.0}, clocks)
+    assert c["steps_to_target"]["speed"] == [0.0] and c["alpha"] is None and c["rho"] is None
 
 
 def test_cell_on_hand_runs():
