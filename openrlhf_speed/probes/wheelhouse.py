@@ -159,7 +159,10 @@ def check(folder, stack: str, env=None, repo: Path = REPO) -> tuple:
     folder = Path(folder)
     have = holdings(folder)
     required, optional = stack_pins(stack, env, repo)
-    listed = [(name, spec, MANIFEST) for name, spec in manifest_pins(folder)]
+    # The manifest names the stack's pins too: a file it lists beyond them is checked on its own,
+    # a pin is checked once, so a missing wheel is one line.
+    pinned = {(name, spec) for name, spec, _ in required + optional}
+    listed = [(name, spec, MANIFEST) for name, spec in manifest_pins(folder) if (name, spec) not in pinned]
     return missing(folder, required + listed, have), missing(folder, optional, have)
 
 

@@ -98,6 +98,15 @@ def test_a_file_the_manifest_lists_must_be_there(tmp_path):
     assert lacking == [f"{folder}/ lacks yarl==1.25.1 (MANIFEST.txt; no wheel or sdist of it)"]
 
 
+def test_a_pin_the_manifest_lists_too_is_one_line(tmp_path):
+    # scripts/wheelhouse.py's manifest lists every file, the pins' own among them.
+    folder = fake_wheelhouse(tmp_path / "wh", "cpu", leave_out=("gguf",))
+    (folder / wheelhouse.MANIFEST).write_text("# every file\ngguf==0.19.0\nzz-build-helper==1.0\n")
+    lacking, _ = wheelhouse.check(folder, "cpu", env={})
+    assert lacking == [f"{folder}/ lacks gguf==0.19.0 (constraints-cpu.txt; no wheel or sdist of it)",
+                       f"{folder}/ lacks zz-build-helper==1.0 (MANIFEST.txt; no wheel or sdist of it)"]
+
+
 def test_bootstrap_installs_exactly_the_pins_checked():
     """Every name==version bootstrap.sh installs is a pin of the check, and its optional
     Transformer Engine bounds are the check's."""
@@ -205,10 +214,12 @@ def test_cpu_stack_installs_from_a_wheelhouse_with_the_index_unreachable(tmp_pat
                          text=True, timeout=3600, env=offline_env(VENV=str(venv), PYTHON=sys.executable))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     probe = ("import torch, vllm, deepspeed, openrlhf, openrlhf_speed; "
-             "print(torch.__version__, vllm.__version__, deepspeed.__version__)")
+             "print('versions:', torch.__version__, vllm.__version__, deepspeed.__version__)")
     versions = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, timeout=600)
     assert versions.returncode == 0, versions.stderr[-2000:]
-    assert versions.stdout.split()[:1] == ["2.13.0+cpu"] and "0.19.6" in versions.stdout
+    # DeepSpeed's import logs its accelerator on stdout first: the versions are the marked line.
+    line = next(x for x in versions.stdout.splitlines() if x.startswith("versions: "))
+    assert line.split()[1] == "2.13.0+cpu" and line.split()[3] == "0.19.6", line
     doctor_out = subprocess.run([str(venv / "bin" / "openrlhf-speed"), "doctor", "--wheelhouse", str(folder),
                                  "--stack", "cpu"], capture_output=True, text=True, timeout=300)
     assert doctor_out.returncode == 0 and "holds every pin of the cpu stack" in doctor_out.stdout
