@@ -105,7 +105,3 @@ def check(text: str, root: str = ".") -> list:
             wrong.append((source, key, printed, rebuilt))
     return wrong
 
-
-def as_read(text: str) -> str:
-    """The text with each marker replaced by its figure: what a reader sees where it renders."""
-    return MARK.sub(lambda m: m.group(3), text)
