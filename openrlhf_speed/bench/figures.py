@@ -54,7 +54,7 @@ def _walk(data, path: str):
 def _final(results: dict, curriculum: str) -> float:
     from openrlhf_speed.bench import levels
 
-    groups = {k: k.rsplit("-r", 1)[0] for k in results["runs"]}
+    groups = {k: v["curriculum"] for k, v in results["runs_summary"].items()}  # as the report grouped them
     anchor = levels.base_final(results["runs"], groups, base=curriculum)
     if anchor is None:
         raise FigureError(f"no runs of {curriculum!r} with evaluations")

@@ -129,10 +129,6 @@ def build(cells=CELLS, root: Path = ROOT) -> dict:
     return {"rows": rows, "alpha": fit_alpha(rows), "leave_one_out": leave_one_out(rows)}
 
 
-def _c(ci, spec=".2f", unit="x") -> str:
-    return regime.format_ci(ci, spec, unit) if ci else "-"
-
-
 def markdown(m: dict) -> str:
     lines = ["| cell | CPU | B | off's zero-variance share (first steps) | SPEED over off, measured / projected | "
              "over DAPO, measured / projected | steps to target off / SPEED | step ratio | rho | alpha | "
@@ -145,10 +141,10 @@ def markdown(m: dict) -> str:
         acc = r["budget"]["accuracy"]
         share = r["share_of_ceiling"]["projected"]
         lines.append(f"| {r['cell']} | {r['kind']} | {r['batch']} | {r['off_zero_variance_early']:.2f} | "
-                     f"{_c(so.get('measured'))} / {_c(so.get('projected'))} | {_c(sd.get('measured'))} / "
-                     f"{_c(sd.get('projected'))} | {st} | {_c(r['step_ratio'])} | {_c(r['rho'])} | "
-                     f"{_c(r['alpha'], '.2f', '')} | {_c(r['ceiling'].get('projected'))} | "
-                     f"{'-' if share is None else format(share, '.0%')} | {_c(r['discards_free'].get('projected'))} | "
+                     f"{regime.format_ci(so.get('measured'))} / {regime.format_ci(so.get('projected'))} | {regime.format_ci(sd.get('measured'))} / "
+                     f"{regime.format_ci(sd.get('projected'))} | {st} | {regime.format_ci(r['step_ratio'])} | {regime.format_ci(r['rho'])} | "
+                     f"{regime.format_ci(r['alpha'], '.2f', '')} | {regime.format_ci(r['ceiling'].get('projected'))} | "
+                     f"{'-' if share is None else format(share, '.0%')} | {regime.format_ci(r['discards_free'].get('projected'))} | "
                      f"{acc['off']:.3f} / {acc['dapo']:.3f} / {acc['speed']:.3f} |")
     a = m.get("alpha")
     if a:
@@ -176,8 +172,8 @@ def readme_table(m: dict) -> str:
     for r in m["rows"]:
         so, sd, share = r["speed_over_off"] or {}, r["speed_over_dapo"] or {}, r["share_of_ceiling"]["projected"]
         lines.append(f"| {r['cell']} | {r['kind']} | {r['batch']} | {r['off_zero_variance_early']:.2f} | "
-                     f"{_c(so.get('measured'))} / {_c(so.get('projected'))} | {_c(sd.get('measured'))} / "
-                     f"{_c(sd.get('projected'))} | {_c(r['ceiling'].get('projected'))} | "
+                     f"{regime.format_ci(so.get('measured'))} / {regime.format_ci(so.get('projected'))} | {regime.format_ci(sd.get('measured'))} / "
+                     f"{regime.format_ci(sd.get('projected'))} | {regime.format_ci(r['ceiling'].get('projected'))} | "
                      f"{'-' if share is None else format(share, '.0%')} |")
     return "\n".join(lines)
 
