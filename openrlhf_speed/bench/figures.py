@@ -9,18 +9,23 @@ the regime map's regime.json), relative to the repository. The second is where t
 in it, a dotted path (`rows[cell=v5]` picks the list item whose `cell` is `v5`, `runs[0]` the
 first), or `final:<curriculum>` for a results.json curriculum's final accuracy as every report
 computes it (the mean over its runs of each run's last two evaluations). After `|` comes how
-it is printed:
+it is printed. `[*]` (every item of a list or a dict's values) or `[*curriculum=dapo]` (every
+item with that field) maps the rest of the path over the items and gives a list, for:
 
     ci[:SPEC[:UNIT]]   a figure and its interval as the tables print it: 1.19x [1.04-1.39]
-    range[:SPEC]       min-max of a list, nulls left out: 73-78
+    range[:SPEC]       min-max of a list, nulls and NaNs left out: 73-78, or 43-48% with .0%;
+                       of figures with intervals, their points (those not measured left out)
+    mean[:SPEC]        the mean of a list, nulls and NaNs left out
     SPEC               a Python format spec: .4f, .0%, ,.0f
 
-A marker right after a backtick is an example (as in docs/testing.md), not a figure.
+A marker right after a backtick is an example (as in docs/testing.md), not a figure. A whole
+table is marked `<!--table SOURCE NAME-->` ... `<!--/table-->` and built by bench/doc_tables.py.
 `check(text)` returns every marker whose text differs from its rebuild, or whose source does
-not give one; tests/docs/test_figures.py runs it over the README and docs/ in `make test`. The
-published results.json files are themselves rebuilt from their runs by `bench --report_only`
-(tests/bench), so a marked figure is tied to the runs. The regime-map table is generated whole
-(`regime-map --readme`)."""
+not give one; tests/docs/test_figures.py runs it over the README and docs/ in `make test`, and
+`openrlhf-speed figures FILE...` from the shell (`--write` rewrites them from the evidence).
+The published results.json files are themselves rebuilt from their runs by `bench
+--report_only` (tests/bench), so a marked figure is tied to the runs. The regime-map table is
+generated whole (`regime-map --readme`)."""
 
 import json
 import math
@@ -28,15 +33,17 @@ import os
 import re
 
 MARK = re.compile(r"(?<!`)<!--fig (\S+) (\S+?)-->(.*?)<!--/fig-->", re.S)
-_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]|\[([^=\]]+)=([^\]]+)\]")
+TABLE = re.compile(r"(?<!`)(<!--table (\S+) (\S+?)-->\n)(.*?)(<!--/table-->)", re.S)
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]|\[(\*?)([^=\]]*)=?([^\]]*)\]")
 
 
 class FigureError(ValueError):
     """A marker whose source or path gives no figure."""
 
 
-def _walk(data, path: str):
-    for name, index, key, value in _STEP.findall(path):
+def _walk(data, path):
+    steps = _STEP.findall(path) if isinstance(path, str) else path
+    for i, (name, index, every, key, value) in enumerate(steps):
         if name:
             if not isinstance(data, dict) or name not in data:
                 raise FigureError(f"no key {name!r}")
@@ -44,7 +51,10 @@ def _walk(data, path: str):
         elif index:
             data = data[int(index)]
         else:
-            picked = [item for item in data if str(item.get(key)) == value]
+            items = list(data.values()) if isinstance(data, dict) else data
+            picked = [item for item in items if not key or str(item.get(key)) == value]
+            if every:  # [*] or [*key=value]: the rest of the path on each item, a list
+                return [_walk(item, steps[i + 1:]) for item in picked]
             if len(picked) != 1:
                 raise FigureError(f"{len(picked)} items with {key}={value}")
             data = picked[0]
@@ -70,38 +80,104 @@ def _print(value, how: str) -> str:
         if not isinstance(value, dict) or "point" not in value:
             raise FigureError("not a figure with an interval")
         return regime.format_ci(value, spec or ".2f", unit if rest.count(":") else "x")
-    if kind == "range":
-        values = [v for v in value if v is not None]
+    if kind in ("range", "mean"):
+        values = [v.get("point") if isinstance(v, dict) else v for v in value]  # a figure with an interval
+        values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
         if not values:
             raise FigureError("an empty list")
         spec = rest or ".0f"
-        return f"{min(values):{spec}}-{max(values):{spec}}"
+        if kind == "mean":
+            return format(sum(values) / len(values), spec)
+        low = format(min(values), spec)
+        return f"{low[:-1] if spec.endswith('%') else low}-{max(values):{spec}}"
     if isinstance(value, float) and math.isnan(value):
         raise FigureError("NaN")
     return format(value, how)
 
 
-def rebuild(source: str, key: str, root: str = ".") -> str:
-    """The printed figure `key` of the evidence file `source`; FigureError when there is none."""
+def _load(source: str, root: str):
     path = os.path.join(root, source)
     if not os.path.isfile(path):
         raise FigureError(f"{source} does not exist")
     with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+        return json.load(f)
+
+
+def rebuild(source: str, key: str, root: str = ".") -> str:
+    """The printed figure `key` of the evidence file `source`; FigureError when there is none."""
+    data = _load(source, root)
     where, _, how = key.partition("|")
     value = _final(data, where.split(":", 1)[1]) if where.startswith("final:") else _walk(data, where)
     return _print(value, how)
+
+
+def rebuild_table(source: str, name: str, root: str = ".") -> str:
+    """The table `name` (doc_tables.TABLES) of the results.json `source`, its lines ending in newlines."""
+    from openrlhf_speed.bench import doc_tables
+
+    if name not in doc_tables.TABLES:
+        raise FigureError(f"no table {name!r}; there are {', '.join(doc_tables.TABLES)}")
+    return "".join(line + "\n" for line in doc_tables.TABLES[name](_load(source, root)))
+
+
+def _safely(build, *args) -> str:
+    try:
+        return build(*args)
+    except (FigureError, KeyError, IndexError, TypeError, ValueError) as e:
+        return f"error: {e}"
 
 
 def check(text: str, root: str = ".") -> list:
     """(source, key, printed, rebuilt or the error) for each marker that does not hold."""
     wrong = []
     for source, key, printed in MARK.findall(text):
-        try:
-            rebuilt = rebuild(source, key, root)
-        except (FigureError, KeyError, IndexError, TypeError, ValueError) as e:
-            rebuilt = f"error: {e}"
+        rebuilt = _safely(rebuild, source, key, root)
         if rebuilt != printed:
             wrong.append((source, key, printed, rebuilt))
+    for _, source, name, printed, _ in TABLE.findall(text):
+        rebuilt = _safely(rebuild_table, source, name, root)
+        if rebuilt != printed:
+            wrong.append((source, name, printed, rebuilt))
     return wrong
+
+
+def write(text: str, root: str = ".") -> str:
+    """`text` with every marked figure and table rebuilt; FigureError names the first that has none."""
+    def figure(m):
+        return f"<!--fig {m[1]} {m[2]}-->{rebuild(m[1], m[2], root)}<!--/fig-->"
+
+    def table(m):
+        return m[1] + rebuild_table(m[2], m[3], root) + m[5]
+
+    return TABLE.sub(table, MARK.sub(figure, text))
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="openrlhf-speed figures",
+                                     description="check (or --write) the marked figures and tables of Markdown files")
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--write", action="store_true", help="rewrite them from their evidence instead of checking")
+    parser.add_argument("--root", default=".", help="the repository the sources are relative to")
+    args = parser.parse_args(argv)
+    failed = 0
+    for path in args.files:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if args.write:
+            new = write(text, args.root)
+            if new != text:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(new)
+                print(f"{path}: rewritten")
+            continue
+        for source, key, printed, rebuilt in check(text, args.root):
+            failed += 1
+            print(f"{path}: {source} {key}: printed {printed!r}, evidence gives {rebuilt!r}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
 

@@ -9,6 +9,7 @@ COMMANDS = {
     "advise": ("openrlhf_speed.cli.advise", "before a run: screen a sample of the data with the model, say whether SPEED will pay off"),
     "bench": ("openrlhf_speed.bench.run", "time to target accuracy of uniform RLOO, DAPO and SPEED side by side, with plots"),
     "regime-map": ("openrlhf_speed.bench.regime_map", "the published cells side by side: where screening pays, the ceiling, alpha for advise"),
+    "figures": ("openrlhf_speed.bench.figures", "check the figures and tables the docs quote against their evidence (--write rewrites them)"),
     "engine-curve": ("openrlhf_speed.cli.engine_curve", "the engine's tokens/s against the sequences it decodes at once (the projection's curve)"),
     "soak": ("openrlhf_speed.bench.soak", "a long run per curriculum, recorded every K steps and checked for growth (make soak)"),
     "scale": ("openrlhf_speed.bench.scale", "a run on a paper-scale prompt set: start-up, steps, checkpoint size, resume"),

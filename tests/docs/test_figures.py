@@ -48,3 +48,54 @@ def test_paths_pick_items_by_field_and_print_ranges(tmp_path):
     assert figures.rebuild("e.json", "rows[cell=b].ci|ci", str(tmp_path)) == "1.19x [1.04-1.39]"
     with pytest.raises(figures.FigureError, match="0 items with cell=c"):
         figures.rebuild("e.json", "rows[cell=c].share|.2f", str(tmp_path))
+
+
+def test_lists_of_items_give_ranges_and_means(tmp_path):
+    (tmp_path / "e.json").write_text(json.dumps({
+        "runs": {"a-r1": {"curriculum": "a", "q": 0.30}, "a-r2": {"curriculum": "a", "q": 0.32},
+                 "b-r1": {"curriculum": "b", "q": float("nan")}},
+        "levels": [{"f": 0.5, "r": {"point": 0.91, "low": 0.8, "high": 1.0}}, {"f": 1.1, "r": {"verdict": "not measured"}},
+                   {"f": 1.0, "r": {"point": 1.12, "low": 1.0, "high": 1.3}}],
+        "shares": [0.43, 0.48, 0.47]}))
+    rebuild = lambda key: figures.rebuild("e.json", key, str(tmp_path))  # noqa: E731
+    assert rebuild("runs[*curriculum=a].q|mean:.2f") == "0.31"
+    assert rebuild("runs[*].q|range:.2f") == "0.30-0.32"  # the NaN left out
+    assert rebuild("levels[*].r|range:.2f") == "0.91-1.12"  # points of the measured levels only
+    assert rebuild("shares|range:.0%") == "43-48%"
+    with pytest.raises(figures.FigureError, match="empty"):
+        rebuild("runs[*curriculum=b].q|mean:.2f")
+
+
+def test_a_marked_table_is_rebuilt_whole_and_a_changed_cell_fails():
+    source, name = "benchmarks/proving-v4/avx512/results.json", "intervals"
+    table = figures.rebuild_table(source, name, str(REPO))
+    # What a reader of docs/benchmarks.md checks: SPEED against stock OpenRLHF on that benchmark.
+    assert "| speed | 0.90x [0.85-0.96], slower |" in table
+    block = f"<!--table {source} {name}-->\n{{}}<!--/table-->"
+    assert figures.check(block.format(table), root=str(REPO)) == []
+    (wrong,) = figures.check(block.format(table.replace("0.90x", "0.95x", 1)), root=str(REPO))
+    assert wrong[3] == table
+    (wrong,) = figures.check(f"<!--table {source} no_such_table-->\n<!--/table-->", root=str(REPO))
+    assert wrong[3].startswith("error: no table 'no_such_table'")
+    # --write fills an empty block, and leaves figures and tables that hold as they are.
+    assert figures.write(block.format(""), root=str(REPO)) == block.format(table)
+
+
+def test_the_benchmark_tables_are_generated_not_copied():
+    text = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    tables = {(source, name) for _, source, name, _, _ in figures.TABLE.findall(text)}
+    for cell in ("proving-v5/avx512", "proving-v4/avx2", "proving-v4/avx512"):
+        assert (f"benchmarks/{cell}/results.json", "curricula") in tables, cell
+    assert (f"benchmarks/proving-v5/avx512/results.json", "headline") in tables
+    long_runs = (REPO / "docs" / "long_runs.md").read_text(encoding="utf-8")
+    assert {name for _, _, name, _, _ in figures.TABLE.findall(long_runs)} == {"soak", "scale"}
+
+
+def test_the_command_rewrites_a_stale_file_and_then_checks_it_clean(tmp_path, capsys):
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"SPEED <!--fig {V5} final:speed|.4f-->0.562<!--/fig-->.\n")
+    assert figures.main([str(doc), "--root", str(REPO)]) == 1
+    assert "printed '0.562', evidence gives '0.5615'" in capsys.readouterr().out
+    assert figures.main([str(doc), "--root", str(REPO), "--write"]) == 0
+    assert figures.main([str(doc), "--root", str(REPO)]) == 0
+    assert "0.5615" in doc.read_text()
