@@ -1,7 +1,7 @@
 """The tables docs/*.md print from a published results.json, built from it rather than copied.
 
 A doc holds such a table between two markers that name its source (a results.json; for the
-last three their own JSON) and the table:
+others their own JSON) and the table:
 
     <!--table benchmarks/proving-v5/avx512/results.json runs-->
     | run | seed | ... |
@@ -18,6 +18,7 @@ figures.check rebuilds each one and compares it line for line; `openrlhf-speed f
     calibration the report of `proving-ground calibrate`, from its calibration.json
     soak        every figure of `make soak` (soak.json), its growth in each curriculum
     scale       the report of `make scale` (scale.json) without its title
+    quickstart  the summary lines of a published `make train` run (its run.json)
 
 Every figure comes from the report's own fields (evidence.runs, runs_summary, levels), so a
 table shows what `bench --report_only` computed and nothing computed a second time here, except
@@ -160,5 +161,16 @@ def scale(result: dict) -> list:
     return lines
 
 
+def quickstart(run: dict) -> list:
+    """The figure lines of a published `make train` run's summary (scripts/publish_quickstart.py
+    writes run.json: the run's metrics records and its wall clock), in a code block, as the
+    README quotes them."""
+    from openrlhf_speed.rollout.run_summary import RunFiles, build_summary, run_records
+
+    text = build_summary(run_records(run["records"]), RunFiles("", None, None, None, None), "", "", run["wall_s"])
+    figures = [line for line in text.splitlines() if line.startswith("- ")]
+    return ["```", *figures[:figures.index(next(f for f in figures if f.startswith("- qualification"))) + 1], "```"]
+
+
 TABLES = {"runs": runs, "curricula": curricula, "intervals": intervals, "headline": headline,
-          "calibration": calibration, "soak": soak, "scale": scale}
+          "calibration": calibration, "soak": soak, "scale": scale, "quickstart": quickstart}

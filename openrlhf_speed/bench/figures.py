@@ -16,6 +16,7 @@ item with that field) maps the rest of the path over the items and gives a list,
     range[:SPEC]       min-max of a list, nulls and NaNs left out: 73-78, or 43-48% with .0%;
                        of figures with intervals, their points (those not measured left out)
     mean[:SPEC]        the mean of a list, nulls and NaNs left out
+    duration           seconds as a run summary prints them: 12m 12s
     SPEC               a Python format spec: .4f, .0%, ,.0f
 
 A marker right after a backtick is an example (as in docs/testing.md), not a figure. A whole
@@ -90,6 +91,10 @@ def _print(value, how: str) -> str:
             return format(sum(values) / len(values), spec)
         low = format(min(values), spec)
         return f"{low[:-1] if spec.endswith('%') else low}-{max(values):{spec}}"
+    if kind == "duration":  # a clock as run summaries print it: 12m 12s
+        from openrlhf_speed.rollout.run_summary import format_duration
+
+        return format_duration(value)
     if isinstance(value, float) and math.isnan(value):
         raise FigureError("NaN")
     return format(value, how)

@@ -117,11 +117,11 @@ def _steps_line(steps: list, records: list, wall_s: Optional[float]) -> str:
     if not steps:
         return "steps: none recorded in the metrics log"
     clock, legs = training_seconds(records)
-    text = f"steps: {steps[-1]['step']:.0f}, training clock {_duration(clock)} (evaluation and checkpoints excluded)"
+    text = f"steps: {steps[-1]['step']:.0f}, training clock {format_duration(clock)} (evaluation and checkpoints excluded)"
     if legs > 1:
         text += f" over {legs} legs (resumed {legs - 1}x)"
     if wall_s is not None:
-        text += f"; wall clock of {'the last leg' if legs > 1 else 'the run'} {_duration(wall_s)}"
+        text += f"; wall clock of {'the last leg' if legs > 1 else 'the run'} {format_duration(wall_s)}"
     return text
 
 
@@ -188,7 +188,8 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """7m 52s, as the summary prints a clock (docs quote it the same way, bench/doc_tables.py)."""
     m, s = divmod(int(round(seconds)), 60)
     h, m = divmod(m, 60)
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s" if m else f"{s}s"

@@ -99,3 +99,36 @@ def test_the_command_rewrites_a_stale_file_and_then_checks_it_clean(tmp_path, ca
     assert figures.main([str(doc), "--root", str(REPO), "--write"]) == 0
     assert figures.main([str(doc), "--root", str(REPO)]) == 0
     assert "0.5615" in doc.read_text()
+
+
+def test_a_published_quickstart_run_gives_back_its_summary_lines(tmp_path):
+    """scripts/publish_quickstart.py keeps what the README's quickstart block is rebuilt from:
+    the records and the wall clock the run's own summary printed."""
+    import importlib.util
+
+    from openrlhf_speed.rollout.run_summary import RunFiles, build_summary, run_records
+
+    records = [{"event": "eval", "step": 0, "eval_accuracy": 0.326, "eval_num_samples": 1200},
+               {"event": "step", "step": 1, "train_wall_s": 17.0, "rollout/reward_mean": 0.435},
+               {"event": "step", "step": 2, "train_wall_s": 35.5, "rollout/reward_mean": 0.51},
+               {"event": "eval", "step": 2, "eval_accuracy": 0.401, "eval_num_samples": 1200}]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = build_summary(run_records(records), RunFiles(str(run_dir), None, None, None, None), "make train",
+                            "openrlhf-speed curves run", wall_s=472.4)
+    (run_dir / "summary.md").write_text(summary)
+    spec = importlib.util.spec_from_file_location("publish_quickstart", REPO / "scripts" / "publish_quickstart.py")
+    publish = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(publish)
+    run = publish.publish(str(run_dir), str(tmp_path / "out"), 732.0)
+    assert (run["wall_s"], run["setup_s"]) == (472, 732)
+    block = figures.rebuild_table("out/run.json", "quickstart", str(tmp_path))
+    lines = block.splitlines()
+    assert lines[0] == lines[-1] == "```"
+    assert lines[1:-1] == summary.split("\n\n")[1].splitlines()  # the figures, before "Files:"
+    assert "wall clock of the run 7m 52s" in lines[1] and "0.326 at step 0 -> 0.401 at step 2" in lines[2]
+    assert figures.rebuild("out/run.json", "setup_s|duration", str(tmp_path)) == "12m 12s"
+    (run_dir / "summary.md").write_text(summary.replace("; wall clock of the run 7m 52s", ""))
+    with pytest.raises(SystemExit, match="no 'wall clock of the run'"):
+        publish.publish(str(run_dir), str(tmp_path / "out"), 732.0)

@@ -1,0 +1,62 @@
+"""Publish a finished `make train` run as the evidence behind the README's quickstart figures.
+
+    .venv/bin/python scripts/publish_quickstart.py RUN_DIR OUT_DIR SETUP_SECONDS
+
+RUN_DIR is the run folder (runs/speed_rloo_proving_cpu), SETUP_SECONDS the whole `make train`
+from a fresh clone, bootstrap included, as the caller timed it. OUT_DIR gets run.json (the
+run's metrics records, its wall clock as its summary.md printed it, the set-up's seconds, the
+machine and the date) and curves.png. The README's summary block is then rebuilt from it by
+`openrlhf-speed figures --write README.md` (bench/doc_tables.py, table `quickstart`)."""
+
+import datetime
+import json
+import os
+import re
+import shutil
+import sys
+
+from openrlhf_speed.rollout.run_summary import CURVES, METRICS, SUMMARY, read_records, run_records
+
+WALL = re.compile(r"wall clock of the run (?:(\d+)h )?(?:(\d+)m )?(\d+)s")
+
+
+def wall_seconds(summary: str) -> int:
+    """The run's wall clock from its summary.md's steps line (the run prints whole seconds)."""
+    m = WALL.search(summary)
+    if not m:
+        raise SystemExit("publish_quickstart: the summary has no 'wall clock of the run' (a resumed run? "
+                         "publish a run made in one leg from a fresh clone)")
+    h, mins, s = (int(x or 0) for x in m.groups())
+    return 3600 * h + 60 * mins + s
+
+
+def machine_kind() -> str:
+    """The CPU kind as the Makefile's BENCH_KIND names it (avx2, avx512, avx512-nobf16)."""
+    import torch
+
+    from openrlhf_speed.compat.precision import cpu_precision
+
+    kind = torch.backends.cpu.get_cpu_capability().lower()
+    return kind + ("-nobf16" if kind == "avx512" and not cpu_precision().native_bf16 else "")
+
+
+def publish(run_dir: str, out: str, setup_s: float) -> dict:
+    with open(os.path.join(run_dir, SUMMARY), encoding="utf-8") as f:
+        summary = f.read()
+    run = {"date": datetime.date.today().isoformat(), "machine": machine_kind(), "command": "make train",
+           "setup_s": round(setup_s), "wall_s": wall_seconds(summary),
+           "records": run_records(read_records(os.path.join(run_dir, METRICS)))}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "run.json"), "w", encoding="utf-8") as f:
+        json.dump(run, f, indent=None, separators=(",", ":"))
+        f.write("\n")
+    if os.path.isfile(os.path.join(run_dir, CURVES)):
+        shutil.copyfile(os.path.join(run_dir, CURVES), os.path.join(out, CURVES))
+    return run
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        raise SystemExit(__doc__)
+    done = publish(sys.argv[1], sys.argv[2], float(sys.argv[3]))
+    print(f"wrote {sys.argv[2]}/run.json: {len(done['records'])} records, wall {done['wall_s']} s, set-up {done['setup_s']} s")
