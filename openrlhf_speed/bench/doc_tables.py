@@ -18,7 +18,9 @@ figures.check rebuilds each one and compares it line for line; `openrlhf-speed f
     calibration the report of `proving-ground calibrate`, from its calibration.json
     soak        every figure of `make soak` (soak.json), its growth in each curriculum
     scale       the report of `make scale` (scale.json) without its title
+    histogram   a difficulty.json's share of prompts per pass-rate bin
     quickstart  the summary lines of a published `make train` run (its run.json)
+    quickstart_step  that run's console line for its last step
 
 Every figure comes from the report's own fields (evidence.runs, runs_summary, levels), so a
 table shows what `bench --report_only` computed and nothing computed a second time here, except
@@ -161,6 +163,14 @@ def scale(result: dict) -> list:
     return lines
 
 
+def histogram(difficulty: dict) -> list:
+    """A difficulty.json's share of prompts in each pass-rate bin (`proving-ground difficulty`)."""
+    bins = difficulty["histogram"]
+    total = sum(count for _, count in bins)
+    return _header(["pass rate"] + [label for label, _ in bins]) + [
+        _row(["prompts"] + [f"{count / total:.2f}" for _, count in bins])]
+
+
 def quickstart(run: dict) -> list:
     """The figure lines of a published `make train` run's summary (scripts/publish_quickstart.py
     writes run.json: the run's metrics records and its wall clock), in a code block, as the
@@ -172,5 +182,15 @@ def quickstart(run: dict) -> list:
     return ["```", *figures[:figures.index(next(f for f in figures if f.startswith("- qualification"))) + 1], "```"]
 
 
+def quickstart_step(run: dict) -> list:
+    """The console line of the published run's last step, rebuilt from its record."""
+    from openrlhf_speed.rollout.run_summary import run_records
+    from openrlhf_speed.rollout.trainer import step_line
+
+    last = [r for r in run_records(run["records"]) if r.get("event") == "step"][-1]
+    return ["```", "[openrlhf-speed] " + step_line(int(last["step"]), last), "```"]
+
+
 TABLES = {"runs": runs, "curricula": curricula, "intervals": intervals, "headline": headline,
-          "calibration": calibration, "soak": soak, "scale": scale, "quickstart": quickstart}
+          "calibration": calibration, "soak": soak, "scale": scale, "quickstart": quickstart,
+          "quickstart_step": quickstart_step, "histogram": histogram}

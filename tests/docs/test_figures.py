@@ -129,6 +129,8 @@ def test_a_published_quickstart_run_gives_back_its_summary_lines(tmp_path):
     assert lines[1:-1] == summary.split("\n\n")[1].splitlines()  # the figures, before "Files:"
     assert "wall clock of the run 7m 52s" in lines[1] and "0.326 at step 0 -> 0.401 at step 2" in lines[2]
     assert figures.rebuild("out/run.json", "setup_s|duration", str(tmp_path)) == "12m 12s"
+    step = figures.rebuild_table("out/run.json", "quickstart_step", str(tmp_path)).splitlines()
+    assert step[1] == "[openrlhf-speed] step 2 | reward 0.510"  # the last step's console line
     (run_dir / "summary.md").write_text(summary.replace("; wall clock of the run 7m 52s", ""))
     with pytest.raises(SystemExit, match="no 'wall clock of the run'"):
         publish.publish(str(run_dir), str(tmp_path / "out"), 732.0)
