@@ -61,6 +61,29 @@ def row(name: str, kind: str, report: dict) -> Optional[dict]:
            "speed_over_dapo": pick.get("speed_over_dapo")}
     out["share_of_ceiling"] = {k: regime.share_of_ceiling((out["speed_over_off"] or {}).get(k), c["ceiling"].get(k))
                                for k in ("measured", "projected")}
+    out["successors"] = successors(report, c, out["speed_over_off"])
+    return out
+
+
+def successors(report: dict, c: dict, speed_over_off: Optional[dict]) -> dict:
+    """Each curriculum beside off, uniform, DAPO and SPEED (speed_seq and the like) in a cell:
+    its speedups at the headline target, its discarded share and its share of the ceiling,
+    and over SPEED the ratio of the two projected speedups (points: the runs are not paired)."""
+    out = {}
+    for name, per in (c.get("curricula") or {}).items():
+        if name in (regime.BASE, regime.FILTER, regime.OURS, "uniform"):
+            continue
+        ratios = (((report.get("headlines") or {}).get(name)) or {}).get("ratios", {})
+        pick = {b: {"measured": (ratios.get(f"{name}_over_{b}") or {}).get("measured"),
+                    "projected": (ratios.get(f"{name}_over_{b}") or {}).get("projected_linear")}
+                for b in (regime.BASE, regime.FILTER)}
+        mine, speeds = (pick[regime.BASE]["projected"] or {}), ((speed_over_off or {}).get("projected") or {})
+        out[name] = {"over_off": pick[regime.BASE], "over_dapo": pick[regime.FILTER],
+                     "over_speed_projected": mine["point"] / speeds["point"]
+                     if "point" in mine and speeds.get("point") else None,
+                     "discarded_share": per["discarded_share"],
+                     "share_of_ceiling": {k: regime.share_of_ceiling(pick[regime.BASE][k], c["ceiling"].get(k))
+                                          for k in ("measured", "projected")}}
     return out
 
 
@@ -146,6 +169,21 @@ def markdown(m: dict) -> str:
                      f"{regime.format_ci(r['alpha'], '.2f', '')} | {regime.format_ci(r['ceiling'].get('projected'))} | "
                      f"{'-' if share is None else format(share, '.0%')} | {regime.format_ci(r['discards_free'].get('projected'))} | "
                      f"{acc['off']:.3f} / {acc['dapo']:.3f} / {acc['speed']:.3f} |")
+    beyond = [(r, name, x) for r in m["rows"] for name, x in (r.get("successors") or {}).items()]
+    if beyond:
+        lines += ["", "| cell | beyond SPEED | over off, measured / projected | over DAPO, measured / projected | "
+                  "over SPEED, projected | discarded share (SPEED's) | share of the ceiling, projected (SPEED's) |",
+                  "|---|---|---|---|---|---|---|"]
+        for r, name, x in beyond:
+            mine, speeds = x["share_of_ceiling"]["projected"], r["share_of_ceiling"]["projected"]
+            speed_discards = (r.get("curricula") or {}).get(regime.OURS, {}).get("discarded_share")
+            lines.append(
+                f"| {r['cell']} | {name} | {regime.format_ci(x['over_off'].get('measured'))} / "
+                f"{regime.format_ci(x['over_off'].get('projected'))} | {regime.format_ci(x['over_dapo'].get('measured'))} / "
+                f"{regime.format_ci(x['over_dapo'].get('projected'))} | "
+                f"{'-' if x['over_speed_projected'] is None else format(x['over_speed_projected'], '.2f') + 'x'} | "
+                f"{x['discarded_share']:.2f} ({'-' if speed_discards is None else format(speed_discards, '.2f')}) | "
+                f"{'-' if mine is None else format(mine, '.0%')} ({'-' if speeds is None else format(speeds, '.0%')}) |")
     a = m.get("alpha")
     if a:
         lines += ["", f"alpha fitted on {', '.join(a['cells'])}: {a['point']:.2f} [{a['low']:.2f}-{a['high']:.2f}] "
@@ -208,6 +246,13 @@ def plot(m: dict, path: str) -> Optional[str]:
                 ax.errorbar([x for x, _ in ok], [c["point"] for _, c in ok],
                             yerr=[[c["point"] - c["low"] for _, c in ok], [c["high"] - c["point"] for _, c in ok]],
                             fmt=style, color=f"C{i}", capsize=3, label=f"{label}, B = {b}", alpha=1.0 if j == 0 else 0.6)
+        beyond = [(x, name, s["over_off"]["projected"]) for x, r in pts for name, s in (r.get("successors") or {}).items()
+                  if (s["over_off"].get("projected") or {}).get("point")]
+        for k, name in enumerate(sorted({name for _, name, _ in beyond})):
+            mine = [(x, c) for x, n, c in beyond if n == name]
+            ax.errorbar([x for x, _ in mine], [c["point"] for _, c in mine],
+                        yerr=[[c["point"] - c["low"] for _, c in mine], [c["high"] - c["point"] for _, c in mine]],
+                        fmt="^:", color=f"C{i}", capsize=3, label=f"{name}, B = {b}", alpha=0.8, markersize=5 + k)
         for x, r in pts:
             ax.annotate(r["cell"], (x, (r["speed_over_off"] or {})["projected"]["point"]), textcoords="offset points",
                         xytext=(4, 4), fontsize=8)

@@ -185,3 +185,33 @@ def test_the_published_map_is_what_its_cells_rebuild():
 def test_a_readme_without_the_block_is_refused():
     with pytest.raises(ValueError, match="no block between"):
         rm.with_readme_table("# no table here\n", {"rows": []})
+
+
+def test_a_curriculum_beyond_speed_gets_its_row_in_the_map(tmp_path):
+    """speed_seq beside SPEED in a cell: the map gives its speedups, its discarded share, its
+    share of the ceiling and its projected speedup over SPEED's, and draws it."""
+    runs = {"off-r1": _run([0.3, 0.35, 0.4, 0.45, 0.5], 10.0, useful=50.0),
+            "dapo-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 30.0, gen=300.0, discarded=200.0, gen_s=3.0),
+            "speed-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 12.0, gen=150.0, discarded=50.0),
+            "speed_seq-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 11.0, gen=125.0, discarded=25.0)}
+    groups = {k: k.split("-")[0] for k in runs}
+    clocks = {k: rg.aggregate.projected_clock(r["steps"], 2.0, 1.0) for k, r in runs.items()}
+    c = rg.cell(runs, groups, 0.5, {"batch": 4, "n": 24}, {"ratio": 2.0, "s_per_train_token": 1.0}, clocks)
+
+    def ratios(name, off, dapo):
+        return {"ratios": {f"{name}_over_off": {"measured": {"point": off, "low": off - 0.1, "high": off + 0.1},
+                                                 "projected_linear": {"point": off, "low": off - 0.1, "high": off + 0.1}},
+                           f"{name}_over_dapo": {"measured": {"point": dapo, "low": dapo - 0.1, "high": dapo + 0.1},
+                                                  "projected_linear": {"point": dapo, "low": dapo - 0.1, "high": dapo + 0.1}}}}
+
+    report = {"regime": c, "headline": ratios("speed", 1.5, 1.2),
+              "headlines": {"speed": ratios("speed", 1.5, 1.2), "speed_seq": ratios("speed_seq", 1.8, 1.44)}}
+    r = rm.row("cell", "avx512-nobf16", report)
+    seq = r["successors"]["speed_seq"]
+    assert list(r["successors"]) == ["speed_seq"]  # off, DAPO and SPEED are the map's own columns
+    assert seq["over_speed_projected"] == pytest.approx(1.8 / 1.5)
+    assert seq["discarded_share"] == pytest.approx(25 / 125) and c["curricula"]["speed"]["discarded_share"] == pytest.approx(1 / 3)
+    assert seq["share_of_ceiling"]["projected"] == pytest.approx(1.8 / c["ceiling"]["projected"]["point"])
+    text = rm.markdown({"rows": [r]})
+    assert "| cell | speed_seq | 1.80x [1.70-1.90] / 1.80x [1.70-1.90] | 1.44x [1.34-1.54] / 1.44x [1.34-1.54] | 1.20x | 0.20 (0.33) |" in text
+    assert rm.plot({"rows": [r]}, str(tmp_path / "map.png")) and (tmp_path / "map.png").stat().st_size > 0
