@@ -26,9 +26,8 @@ Every figure comes from the report's own fields (evidence.runs, runs_summary, le
 table shows what `bench --report_only` computed and nothing computed a second time here, except
 the mean of a run's last two evaluations, which is levels.final_accuracy's."""
 
-import math
-
 from openrlhf_speed.bench import levels, regime
+from openrlhf_speed.curriculum.payoff import is_nan
 
 KIND_LABELS = {"measured": "measured", "projected_linear": "projected, linear",
                "projected_concurrency": "projected, engine concurrency (H100 7B curve)",
@@ -38,7 +37,7 @@ NAMES = {"off": "`off`", "dapo": "DAPO"}
 
 
 def _missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
+    return x is None or is_nan(x)
 
 
 def _fmt(x, spec: str, unit: str = "", missing: str = "-") -> str:
@@ -62,11 +61,7 @@ def _header(names) -> list:
 
 
 def _curricula(results: dict) -> list:
-    seen = []
-    for summary in results["runs_summary"].values():
-        if summary["curriculum"] not in seen:
-            seen.append(summary["curriculum"])
-    return seen
+    return list(dict.fromkeys(summary["curriculum"] for summary in results["runs_summary"].values()))
 
 
 def runs(results: dict) -> list:

@@ -29,9 +29,10 @@ The published results.json files are themselves rebuilt from their runs by `benc
 generated whole (`regime-map --readme`)."""
 
 import json
-import math
 import os
 import re
+
+from openrlhf_speed.curriculum.payoff import is_nan
 
 MARK = re.compile(r"(?<!`)<!--fig (\S+) (\S+?)-->(.*?)<!--/fig-->", re.S)
 TABLE = re.compile(r"(?<!`)(<!--table (\S+) (\S+?)-->\n)(.*?)(<!--/table-->)", re.S)
@@ -83,7 +84,7 @@ def _print(value, how: str) -> str:
         return regime.format_ci(value, spec or ".2f", unit if rest.count(":") else "x")
     if kind in ("range", "mean"):
         values = [v.get("point") if isinstance(v, dict) else v for v in value]  # a figure with an interval
-        values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        values = [v for v in values if v is not None and not is_nan(v)]
         if not values:
             raise FigureError("an empty list")
         spec = rest or ".0f"
@@ -95,7 +96,7 @@ def _print(value, how: str) -> str:
         from openrlhf_speed.rollout.run_summary import format_duration
 
         return format_duration(value)
-    if isinstance(value, float) and math.isnan(value):
+    if is_nan(value):
         raise FigureError("NaN")
     return format(value, how)
 
