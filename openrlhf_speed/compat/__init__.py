@@ -6,8 +6,9 @@
 and does, in order:
 
 1. flash_attn fallback, whenever the real flash_attn is missing (CPU or GPU): OpenRLHF
-   imports it at module load (`flash_attn_fallback`); and `--ds.param_dtype fp32` in
-   OpenRLHF's dtype conversion (`precision`).
+   imports it at module load (`flash_attn_fallback`); `--ds.param_dtype fp32` in
+   OpenRLHF's dtype conversion (`precision`); and rendezvous ports outside the kernel's
+   ephemeral range, so no other socket takes one before it is bound (`ports`).
 2. Only when the process runs on CPU: CUDA call shims (`cuda_shims`) and the gloo weight
    sync (`weight_sync`). On a GPU machine nothing else is touched, so the GPU path is
    OpenRLHF's own (NCCL / CUDA IPC, flash attention).
@@ -51,10 +52,11 @@ def install(worker: bool = False) -> dict:
     """Install the shims this process needs; returns what was installed (for logs/tests).
     `worker=True` (Ray's setup hook, vLLM's plugin): never calls torch.cuda."""
     global _installed
-    from . import flash_attn_fallback, precision
+    from . import flash_attn_fallback, ports, precision
 
     done = {"flash_attn_fallback": flash_attn_fallback.install(), "cpu_shims": False}
     precision.install()
+    ports.install()
     if cpu_mode(worker=worker):
         for key, value in CPU_ENV_DEFAULTS.items():
             if key not in os.environ:

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from openrlhf.trainer.ray.launcher import BaseModelActor
 
 from openrlhf_speed.backends.placement import check_tp_groups, log_placement
+from openrlhf_speed.compat import ports
 
 from . import actor_ops
 from .model import FUSION_NAMES, build_gpt_model, gpt_config_from_hf, init_model_parallel, megatron_dtype
@@ -220,9 +221,7 @@ class MegatronPolicyActor(_MegatronModelActor):
 
         vllm = self.args.vllm
         address = ray._private.services.get_node_ip_address()
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            port = sock.getsockname()[1]
+        port = ports.free_port()
         world_size = vllm.num_engines * vllm.tensor_parallel_size + 1
         refs = [
             engine.init_process_group.remote(address, port, i * vllm.tensor_parallel_size + 1, world_size, "openrlhf",
