@@ -30,8 +30,15 @@ TOLERANCE = 0.15
 FITTED = [("1.5b", "deepspeed_offload", 2, 4096), ("1.5b", "deepspeed", 2, 4096), ("7b", "activations", 2, 4096),
           ("0.5b", "deepspeed_offload", 2, 4096), ("0.5b", "deepspeed", 2, 4096), ("1.5b", "megatron", 1, 4096),
           ("0.5b", "megatron", 1, 4096)]
-HELD_OUT = [("1.5b", "deepspeed", 1, 8192), ("0.5b", "megatron", 2, 2048), ("7b", "activations", 1, 2048)]
-CASES = FITTED + HELD_OUT
+HELD_OUT = [("1.5b", "deepspeed", 1, 8192), ("0.5b", "megatron", 2, 2048), ("7b", "activations", 1, 2048),
+            ("1.5b", "megatron", 2, 2048), ("0.5b", "megatron", 1, 8192)]
+# Measured held out and outside the goal, on the safe side (plan 28.08 GiB, peak 24.12: 1.16;
+# benchmarks/gpu/memory_plan_h200_megatron): at 8,192 tokens the local spec's attention
+# scores set the peak and take about 19.5 B each, not the 24 read off 4,096. Strict, so a
+# refit that brings it within 15% has to drop this mark.
+KNOWN_OVER = {("0.5b", "megatron", 1, 8192): "plan over the peak by 16%: attention scores' bytes at 8,192 tokens"}
+CASES = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=KNOWN_OVER[c])) if c in KNOWN_OVER else c
+         for c in FITTED + HELD_OUT]
 
 
 def _record(res: dict) -> None:
@@ -43,7 +50,8 @@ def _record(res: dict) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("size, mode, micro, max_len", CASES, ids=[f"{s}-{m}-{b}x{n}" for s, m, b, n in CASES])
+@pytest.mark.parametrize("size, mode, micro, max_len", CASES,
+                         ids=[f"{s}-{m}-{b}x{n}" for s, m, b, n in FITTED + HELD_OUT])
 def test_gpu_memory_plan_within_15_percent(tmp_path, size, mode, micro, max_len):
     pytest.importorskip("deepspeed" if mode.startswith("deepspeed") or mode == "activations" else "megatron.core")
     res = torchrun_ranks(WORKER, 1, tmp_path, "--size", size, "--mode", mode, "--micro", str(micro),
