@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: train-smollm2 bench-regime setup setup-gpu wheelhouse wheelhouse-cpu check-gpu-setup check-gpu-resolve test-gpu train proving bench-proving bench-proving-v4 soak scale test test-fast test-extra test-all clean
+.PHONY: train-smollm2 bench-regime bench-precision setup setup-gpu wheelhouse wheelhouse-cpu check-gpu-setup check-gpu-resolve test-gpu train proving bench-proving bench-proving-v4 soak scale test test-fast test-extra test-all clean
 # WHEELHOUSE=DIR (setup, setup-gpu): install from that folder alone, pip --no-index, for a node
 # that reaches no package index; what it lacks is refused first, one line a pin.
 WHEELHOUSE ?=
@@ -58,7 +58,10 @@ proving: setup
 # mkdir -p runs && cp -r benchmarks/proving-v4/avx2 runs/bench_proving first, then BENCH_ARGS=--resume.
 BENCH_ARGS ?=
 # avx2, avx512 (with native bf16, the published v4/v5 kind) or avx512-nobf16 (AVX512 without it).
-BENCH_KIND ?= $(shell $(PY) -c "import torch; from openrlhf_speed.compat.precision import cpu_precision as c; k = torch.backends.cpu.get_cpu_capability().lower(); print(k + ('-nobf16' if k == 'avx512' and not c().native_bf16 else ''))" 2>/dev/null)
+BENCH_KIND ?= $(shell $(PY) -c "from openrlhf_speed.compat.precision import machine_kind; print(machine_kind())" 2>/dev/null)
+# What bf16 costs against float32 on this CPU (docs/cpu.md's table), a minute or so.
+bench-precision: setup
+	$(PY) scripts/cpu_precision_bench.py benchmarks/cpu/$(BENCH_KIND)
 bench-proving: setup
 	$(VENV)/bin/openrlhf-speed bench --mode proving --out runs/bench_proving_v5 --publish benchmarks/proving-v5/$(BENCH_KIND) \
 		--publish_docs docs/proving-v5/$(BENCH_KIND) $(BENCH_ARGS)
@@ -69,7 +72,9 @@ bench-proving-v4: setup
 
 # The regime map's cells (docs/benchmarks.md, "The regime map"): CELL = high-b4, high or low, each
 # `off` calibration first (BENCH_ARGS="--curricula off"), then every curriculum seed by seed with
-# --resume; `openrlhf-speed regime-map` then rebuilds the map from every published cell.
+# --resume. With --max_runs 1 each sitting is one run and publishes it, so a cell spans days and
+# machines of its kind (cp -r benchmarks/regime/$(CELL)/$(BENCH_KIND) runs/regime/$(CELL), then
+# --resume); `openrlhf-speed regime-map` takes a cell once every planned run is finished.
 CELL ?= high-b4
 bench-regime: setup
 	$(VENV)/bin/openrlhf-speed bench --mode proving-$(CELL) --out runs/regime/$(CELL) --publish benchmarks/regime/$(CELL)/$(BENCH_KIND) \

@@ -30,22 +30,60 @@ CELLS = (
     ("v4", "benchmarks/proving-v4/avx512", "avx512"),
     ("v4-avx2", "benchmarks/proving-v4/avx2", "avx2"),
     ("v5", "benchmarks/proving-v5/avx512", "avx512"),
-    ("high-b4", "benchmarks/regime/high-b4/avx512-nobf16", "avx512-nobf16"),
-    ("high", "benchmarks/regime/high/avx512-nobf16", "avx512-nobf16"),
-    ("low", "benchmarks/regime/low/avx512-nobf16", "avx512-nobf16"),
+    ("high-b4", "benchmarks/regime/high-b4", None),
+    ("high", "benchmarks/regime/high", None),
+    ("low", "benchmarks/regime/low", None),
 )
+
+
+def expand(cells=CELLS, root: Path = ROOT) -> list:
+    """The cells with their CPU kinds: a kind of None is every kind folder published under it
+    (a cell's runs all come from one kind, `--resume` refuses another, and the sessions that run
+    a cell do not choose their machine)."""
+    out = []
+    for name, folder, kind in cells:
+        if kind is not None:
+            out.append((name, folder, kind))
+        elif (root / folder).is_dir():
+            out += [(name, f"{folder}/{k.name}", k.name) for k in sorted((root / folder).iterdir()) if k.is_dir()]
+    return out
+
+
+# A cell enters the map only with these curricula, each curriculum of its plan with MIN_RUNS
+# finished runs (or all it plans, if fewer): its rows compare SPEED with both baselines over
+# seeds, and a cell published run by run (each sitting publishes, so its evidence outlives the
+# machine) must not move the fit half way.
+MAP_CURRICULA = ("off", "dapo", "speed")
+MIN_RUNS = 3
+
+
+def cell_missing(meta: dict, results: dict) -> list:
+    """What keeps a published cell off the map: curricula it does not plan, and runs still to
+    finish, per curriculum, before each has MIN_RUNS."""
+    from collections import Counter
+
+    from openrlhf_speed.bench.resume import plan_of
+
+    plan, done = plan_of(meta), set(results.get("runs_summary", {}))
+    planned, finished = Counter(r["curriculum"] for r in plan), Counter(r["curriculum"] for r in plan if r["key"] in done)
+    missing = [f"curriculum {c}" for c in MAP_CURRICULA if c not in planned]
+    return missing + [f"{min(MIN_RUNS, n) - finished[c]} {c} run(s)" for c, n in planned.items()
+                      if finished[c] < min(MIN_RUNS, n)]
 
 
 def load_cell(folder: str) -> Optional[dict]:
     """(report) rebuilt from a published folder's results.json and bench.json; None when the
-    folder is not published yet."""
+    folder is not published yet or not ready for the map (`cell_missing`)."""
     from openrlhf_speed.bench import report
 
     path = Path(folder)
     if not (path / "results.json").is_file():
         return None
     d = json.loads((path / "results.json").read_text())
-    rule = json.loads((path / "bench.json").read_text()).get("target_rule")
+    meta = json.loads((path / "bench.json").read_text())
+    if cell_missing(meta, d):
+        return None
+    rule = meta.get("target_rule")
     groups = {k: v["curriculum"] for k, v in d["runs_summary"].items()}
     return report.build_report(d["runs"], None if rule else d["target_accuracy"], d["settings"], groups=groups,
                             rule=rule)
@@ -142,9 +180,22 @@ def leave_one_out(rows: list) -> list:
     return out
 
 
+def pending(cells=CELLS, root: Path = ROOT) -> list:
+    """(cell, what it lacks) for each cell published but not on the map yet."""
+    out = []
+    for name, folder, _ in expand(cells, root):
+        path = root / folder
+        if (path / "results.json").is_file():
+            missing = cell_missing(json.loads((path / "bench.json").read_text()),
+                                   json.loads((path / "results.json").read_text()))
+            if missing:
+                out.append((name, missing))
+    return out
+
+
 def build(cells=CELLS, root: Path = ROOT) -> dict:
     rows = []
-    for name, folder, kind in cells:
+    for name, folder, kind in expand(cells, root):
         report = load_cell(str(root / folder))
         r = row(name, kind, report) if report else None
         if r:
@@ -288,5 +339,8 @@ def main(argv=None) -> int:
         m_json = json.loads(json.dumps(m, default=float))  # the table as the published json renders it
         Path(args.readme).write_text(with_readme_table(Path(args.readme).read_text(), m_json))
     print(text)
+    for name, missing in pending():
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        print(f"[regime-map] {name}: published, not on the map yet: it lacks {shown}")
     print(f"[regime-map] {len(m['rows'])} cells; wrote {args.publish}, {args.out}/regime.md, {args.out}/regime.png")
     return 0

@@ -215,3 +215,41 @@ def test_a_curriculum_beyond_speed_gets_its_row_in_the_map(tmp_path):
     text = rm.markdown({"rows": [r]})
     assert "| cell | speed_seq | 1.80x [1.70-1.90] / 1.80x [1.70-1.90] | 1.44x [1.34-1.54] / 1.44x [1.34-1.54] | 1.20x | 0.20 (0.33) |" in text
     assert rm.plot({"rows": [r]}, str(tmp_path / "map.png")) and (tmp_path / "map.png").stat().st_size > 0
+
+
+def test_a_cell_published_run_by_run_stays_off_the_map_until_each_curriculum_has_3_runs(tmp_path):
+    """Each sitting publishes its run (the evidence must outlive the machine); the map takes the
+    cell once it plans off, DAPO and SPEED and each planned curriculum has 3 finished runs (all
+    of them where it plans fewer)."""
+    def plan(*keys):
+        return {"plan": [{"key": k, "curriculum": k.split("-")[0], "run": int(k[-1]), "seed": 41 + int(k[-1])}
+                         for k in keys]}
+
+    def done(*keys):
+        return {"runs_summary": {k: {} for k in keys}}
+
+    assert rm.cell_missing(plan("off-r1", "off-r2", "off-r3"), done("off-r1")) == [
+        "curriculum dapo", "curriculum speed", "2 off run(s)"]
+    four = plan(*[f"{c}-r{i}" for c in ("off", "dapo", "speed", "speed_seq") for i in (1, 2, 3, 4)])
+    three = [f"{c}-r{i}" for c in ("off", "dapo", "speed") for i in (1, 2, 3)]
+    assert rm.cell_missing(four, done(*three[:-1])) == ["1 speed run(s)", "3 speed_seq run(s)"]
+    assert rm.cell_missing(four, done(*three, "speed_seq-r1", "speed_seq-r2", "speed_seq-r3")) == []
+    assert rm.cell_missing(plan("off-r1", "dapo-r1", "speed-r1"), done("off-r1", "dapo-r1", "speed-r1")) == []
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "bench.json").write_text(json.dumps(four))
+    (cell / "results.json").write_text(json.dumps(done(*three[:-1])))
+    assert rm.load_cell(str(cell)) is None
+    assert rm.pending([("c", "cell", "kind")], tmp_path) == [("c", ["1 speed run(s)", "3 speed_seq run(s)"])]
+    assert rm.build([("c", "cell", "kind")], tmp_path)["rows"] == []
+
+
+def test_a_cell_is_read_from_every_cpu_kind_it_was_published_for(tmp_path):
+    """The sessions that run a cell do not choose their machine: each kind's runs go to their
+    own folder, and the map reads every one."""
+    for kind in ("avx512-nobf16", "avx2"):
+        (tmp_path / "regime" / "high-b4" / kind).mkdir(parents=True)
+    cells = [("v5", "proving-v5/avx512", "avx512"), ("high-b4", "regime/high-b4", None), ("low", "regime/low", None)]
+    assert rm.expand(cells, tmp_path) == [("v5", "proving-v5/avx512", "avx512"),
+                                          ("high-b4", "regime/high-b4/avx2", "avx2"),
+                                          ("high-b4", "regime/high-b4/avx512-nobf16", "avx512-nobf16")]
