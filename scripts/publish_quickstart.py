@@ -15,6 +15,7 @@ import re
 import shutil
 import sys
 
+from openrlhf_speed.compat.precision import machine_kind
 from openrlhf_speed.rollout.run_summary import CURVES, METRICS, SUMMARY, read_records, run_records
 
 WALL = re.compile(r"wall clock of the run (?:(\d+)h )?(?:(\d+)m )?(\d+)s")
@@ -28,16 +29,6 @@ def wall_seconds(summary: str) -> int:
                          "publish a run made in one leg from a fresh clone)")
     h, mins, s = (int(x or 0) for x in m.groups())
     return 3600 * h + 60 * mins + s
-
-
-def machine_kind() -> str:
-    """The CPU kind as the Makefile's BENCH_KIND names it (avx2, avx512, avx512-nobf16)."""
-    import torch
-
-    from openrlhf_speed.compat.precision import cpu_precision
-
-    kind = torch.backends.cpu.get_cpu_capability().lower()
-    return kind + ("-nobf16" if kind == "avx512" and not cpu_precision().native_bf16 else "")
 
 
 def publish(run_dir: str, out: str, setup_s: float) -> dict:

@@ -21,6 +21,8 @@ figures.check rebuilds each one and compares it line for line; `openrlhf-speed f
     histogram   a difficulty.json's share of prompts per pass-rate bin
     quickstart  the summary lines of a published `make train` run (its run.json)
     quickstart_step  that run's console line for its last step
+    quickstart_phases  that run's seconds a step by phase, and its useful-token share
+    staleness   scripts/staleness_sim.py's simulated trade of each staleness bound (staleness.json)
 
 Every figure comes from the report's own fields (evidence.runs, runs_summary, levels), so a
 table shows what `bench --report_only` computed and nothing computed a second time here, except
@@ -173,8 +175,12 @@ def quickstart(run: dict) -> list:
     from openrlhf_speed.rollout.run_summary import RunFiles, build_summary, run_records
 
     text = build_summary(run_records(run["records"]), RunFiles("", None, None, None, None), "", "", run["wall_s"])
-    figures = [line for line in text.splitlines() if line.startswith("- ")]
-    return ["```", *figures[:figures.index(next(f for f in figures if f.startswith("- qualification"))) + 1], "```"]
+    figures = []
+    for line in (line for line in text.splitlines() if line.startswith("- ")):
+        figures.append(line)
+        if line.startswith("- qualification"):  # the last figure; the summary's file list follows
+            break
+    return ["```", *figures, "```"]
 
 
 def quickstart_step(run: dict) -> list:
@@ -186,6 +192,43 @@ def quickstart_step(run: dict) -> list:
     return ["```", "[openrlhf-speed] " + step_line(int(last["step"]), last), "```"]
 
 
+# (column, record key, format): the phases of a step as the trainer times them.
+PHASES = (("s/step", "timing/step_total", ".1f"), ("generation", "timing/generation", ".1f"),
+          ("experience", "timing/make_experience", ".1f"), ("train", "timing/ppo_train", ".1f"),
+          ("weight sync", "timing/broadcast", ".1f"), ("useful-token share", "speed/useful_token_share", ".2f"))
+
+
+def quickstart_phases(run: dict) -> list:
+    """Each step of the published run by phase (seconds), then the median step: where a step's
+    time goes on this CPU kind, from the run's own timers."""
+    from statistics import median
+
+    from openrlhf_speed.rollout.run_summary import run_records
+
+    steps = [r for r in run_records(run["records"]) if r.get("event") == "step"]
+    out = ["| step | " + " | ".join(c for c, _, _ in PHASES) + " |", "|---|" + "---|" * len(PHASES)]
+    for r in steps:
+        out.append(f"| {int(r['step'])} | " + " | ".join(_fmt(r.get(k), f) for _, k, f in PHASES) + " |")
+    mid = [median(r[k] for r in steps if not _missing(r.get(k))) if any(not _missing(r.get(k)) for r in steps)
+           else None for _, k, _ in PHASES]
+    out.append("| median | " + " | ".join(_fmt(m, f) for m, (_, _, f) in zip(mid, PHASES)) + " |")
+    return out
+
+
+def staleness(sim: dict) -> list:
+    """One row a bound: trained groups by screening age (a range where ages run long),
+    prompts screened again, the share of generated tokens discarded as stale."""
+    out = ["| bound | trained groups by screening age | re-screened | stale tokens |", "|---|---|---|---|"]
+    for r in sim["rows"]:
+        bound = "none" if r["bound"] is None else f"{r['bound']}" + (" (default)" if r["bound"] == 2 else "")
+        ages = r["trained_groups_by_age"]
+        shown = ("{" + ", ".join(f"{a}: {n}" for a, n in ages.items()) + "}" if len(ages) <= 4
+                 else f"ages 0-{r['max_age']}")
+        out.append(f"| {bound} | {shown} | {r['rescreened']} | {r['stale_token_share']:.1%} |")
+    return out
+
+
 TABLES = {"runs": runs, "curricula": curricula, "intervals": intervals, "headline": headline,
           "calibration": calibration, "soak": soak, "scale": scale, "quickstart": quickstart,
-          "quickstart_step": quickstart_step, "histogram": histogram}
+          "quickstart_step": quickstart_step, "quickstart_phases": quickstart_phases,
+          "histogram": histogram, "staleness": staleness}

@@ -66,6 +66,14 @@ def _isa() -> str:
         return "unknown ISA"
 
 
+def machine_kind() -> str:
+    """The CPU kind a benchmark's figures belong to, as published folders are named: torch's
+    capability (avx2, avx512), with `-nobf16` for AVX512 without native bf16, where `auto`
+    computes in float32 and the figures differ from the native kind's."""
+    kind = _isa().lower()
+    return kind + ("-nobf16" if kind == "avx512" and not cpu_precision().native_bf16 else "")
+
+
 def cpu_precision(cpuinfo_path: str = "/proc/cpuinfo", env=None) -> CpuPrecision:
     env = os.environ if env is None else env
     isa = _isa()

@@ -134,3 +134,21 @@ def test_a_published_quickstart_run_gives_back_its_summary_lines(tmp_path):
     (run_dir / "summary.md").write_text(summary.replace("; wall clock of the run 7m 52s", ""))
     with pytest.raises(SystemExit, match="no 'wall clock of the run'"):
         publish.publish(str(run_dir), str(tmp_path / "out"), 732.0)
+
+
+def test_the_quickstart_phase_table_is_each_step_by_phase_then_the_median(tmp_path):
+    """docs/cpu.md's step figures: each step's phases as the trainer timed them; a phase a step
+    did not time prints '-' and stays out of the median."""
+    def step(n, total, gen, share):
+        r = {"event": "step", "step": n, "timing/step_total": total, "timing/make_experience": 4.0,
+             "timing/ppo_train": 7.5, "timing/broadcast": 0.5, "speed/useful_token_share": share}
+        return {**r, "timing/generation": gen} if gen is not None else r
+
+    run = {"records": [{"event": "eval", "step": 0, "eval_accuracy": 0.3}, step(1, 20.0, 8.0, 0.5),
+                       step(2, 30.0, 18.0, 0.7), step(3, 26.0, None, 0.6)]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    lines = figures.rebuild_table("run.json", "quickstart_phases", str(tmp_path)).splitlines()
+    assert lines[0] == "| step | s/step | generation | experience | train | weight sync | useful-token share |"
+    assert lines[2] == "| 1 | 20.0 | 8.0 | 4.0 | 7.5 | 0.5 | 0.50 |"
+    assert lines[4] == "| 3 | 26.0 | - | 4.0 | 7.5 | 0.5 | 0.60 |"
+    assert lines[5] == "| median | 26.0 | 13.0 | 4.0 | 7.5 | 0.5 | 0.60 |"
