@@ -11,7 +11,8 @@
   and in wandb's offline run (`--logger.wandb.*`, WANDB_MODE=offline), no per-request log lines;
 - the scale benchmark at a small size: start-up, steps, a checkpoint, a resume, measured.
 
-All `e2e_extra` (minutes each on 2 cores).
+The disk faults are `e2e_extra` (CI runs them); soak and scale are `e2e_long` (minutes each
+on 2 cores, past CI's budget beside the rest).
 """
 
 import glob
@@ -26,7 +27,6 @@ from _util import openrlhf_speed_cmd
 
 from openrlhf_speed.bench import soak
 
-pytestmark = pytest.mark.e2e_extra
 STEP_LINE = "[openrlhf-speed] step "
 FIELDS = ("buffer", "inflight", "step", "epoch", "position", "next_request_id", "totals", "policy_version")
 
@@ -89,6 +89,7 @@ def check_restored(run_dir, n_before, step):
     assert len(restored) == 1 and {f: restored[0][f] for f in FIELDS} == {f: saved[f] for f in FIELDS}
 
 
+@pytest.mark.e2e_extra
 def test_torn_and_full_disk_checkpoints_resume_from_the_last_complete_one(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -155,6 +156,7 @@ def wandb_history(run_dir):
     return records
 
 
+@pytest.mark.e2e_long
 def test_soak_tiny_records_every_figure_and_reaches_tensorboard_and_wandb(tmp_path):
     out = tmp_path / "soak"
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
@@ -200,6 +202,7 @@ def test_soak_tiny_records_every_figure_and_reaches_tensorboard_and_wandb(tmp_pa
     assert all(0 <= h["train/speed/qualification_rate"] <= 1 for h in history)
 
 
+@pytest.mark.e2e_long
 def test_scale_benchmark_at_a_small_size(tmp_path):
     out = tmp_path / "scale"
     cmd = [*openrlhf_speed_cmd(), "scale", "--mode", "tiny", "--rows", "3000", "--steps", "2", "--out", str(out)]

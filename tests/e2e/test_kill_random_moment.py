@@ -136,7 +136,7 @@ def test_moments_are_reproducible_and_the_long_tier_covers_every_phase():
     assert all(1 <= draw_moment(s).step <= STEPS for s in range(100))
 
 
-@pytest.mark.e2e_extra
+@pytest.mark.e2e_long  # 627 s alone on 2 cores: past CI's budget beside the rest
 def test_kill_at_a_seeded_moment_then_rerun_loses_and_repeats_nothing(tmp_path):
     kill_and_rerun(tmp_path, int(os.environ.get("OPENRLHF_SPEED_KILL_SEED", DEFAULT_SEED)))
 

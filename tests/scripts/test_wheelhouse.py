@@ -3,7 +3,8 @@
 bootstrap.sh refusing a wheelhouse that lacks one, in one line naming it, before it makes
 anything; `openrlhf-speed doctor --wheelhouse`; and the parts of scripts/wheelhouse.py that read
 sdists. The real thing, a CPU wheelhouse built here and installed into a fresh venv with the
-index unreachable, is the e2e_extra test at the end (it downloads the CPU stack: minutes)."""
+index unreachable, is the e2e_long test at the end (it downloads the CPU stack and installs it: tens of minutes,
+past CI's budget)."""
 
 import io
 import os
@@ -199,7 +200,7 @@ def offline_env(**extra) -> dict:
             "PIP_TIMEOUT": "5", **extra}
 
 
-@pytest.mark.e2e_extra
+@pytest.mark.e2e_long
 def test_cpu_stack_installs_from_a_wheelhouse_with_the_index_unreachable(tmp_path):
     """make wheelhouse-cpu here (the index and the local CPU torch wheel this machine's pip
     sees), then make setup WHEELHOUSE=DIR into a fresh venv with no index; a copy lacking
