@@ -71,22 +71,29 @@ def cell_missing(meta: dict, results: dict) -> list:
                       if finished[c] < min(MIN_RUNS, n)]
 
 
-def load_cell(folder: str) -> Optional[dict]:
-    """(report) rebuilt from a published folder's results.json and bench.json; None when the
-    folder is not published yet or not ready for the map (`cell_missing`)."""
-    from openrlhf_speed.bench import report
-
+def read_cell(folder) -> Optional[tuple]:
+    """(bench.json, results.json) of a published cell folder; None when it is not published."""
     path = Path(folder)
     if not (path / "results.json").is_file():
         return None
-    d = json.loads((path / "results.json").read_text())
-    meta = json.loads((path / "bench.json").read_text())
-    if cell_missing(meta, d):
-        return None
+    return json.loads((path / "bench.json").read_text()), json.loads((path / "results.json").read_text())
+
+
+def cell_report(meta: dict, d: dict) -> dict:
+    """The cell's report rebuilt from what it published."""
+    from openrlhf_speed.bench import report
+
     rule = meta.get("target_rule")
     groups = {k: v["curriculum"] for k, v in d["runs_summary"].items()}
     return report.build_report(d["runs"], None if rule else d["target_accuracy"], d["settings"], groups=groups,
                             rule=rule)
+
+
+def load_cell(folder: str) -> Optional[dict]:
+    """The report of a published folder; None when the folder is not published yet or not ready
+    for the map (`cell_missing`)."""
+    cell = read_cell(folder)
+    return None if cell is None or cell_missing(*cell) else cell_report(*cell)
 
 
 def row(name: str, kind: str, report: dict) -> Optional[dict]:
@@ -182,25 +189,25 @@ def leave_one_out(rows: list) -> list:
 
 def pending(cells=CELLS, root: Path = ROOT) -> list:
     """(cell, what it lacks) for each cell published but not on the map yet."""
-    out = []
-    for name, folder, _ in expand(cells, root):
-        path = root / folder
-        if (path / "results.json").is_file():
-            missing = cell_missing(json.loads((path / "bench.json").read_text()),
-                                   json.loads((path / "results.json").read_text()))
-            if missing:
-                out.append((name, missing))
-    return out
+    return build(cells, root)["pending"]
 
 
 def build(cells=CELLS, root: Path = ROOT) -> dict:
-    rows = []
+    """The map's rows, alpha fitted on them, the leave-one-out errors, and the cells published
+    but not ready (each cell folder read once)."""
+    rows, waiting = [], []
     for name, folder, kind in expand(cells, root):
-        report = load_cell(str(root / folder))
-        r = row(name, kind, report) if report else None
+        cell = read_cell(root / folder)
+        if cell is None:
+            continue
+        missing = cell_missing(*cell)
+        if missing:
+            waiting.append((name, missing))
+            continue
+        r = row(name, kind, cell_report(*cell))
         if r:
             rows.append({**r, "folder": folder})
-    return {"rows": rows, "alpha": fit_alpha(rows), "leave_one_out": leave_one_out(rows)}
+    return {"rows": rows, "alpha": fit_alpha(rows), "leave_one_out": leave_one_out(rows), "pending": waiting}
 
 
 def markdown(m: dict) -> str:
@@ -339,7 +346,7 @@ def main(argv=None) -> int:
         m_json = json.loads(json.dumps(m, default=float))  # the table as the published json renders it
         Path(args.readme).write_text(with_readme_table(Path(args.readme).read_text(), m_json))
     print(text)
-    for name, missing in pending():
+    for name, missing in m["pending"]:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         print(f"[regime-map] {name}: published, not on the map yet: it lacks {shown}")
     print(f"[regime-map] {len(m['rows'])} cells; wrote {args.publish}, {args.out}/regime.md, {args.out}/regime.png")
