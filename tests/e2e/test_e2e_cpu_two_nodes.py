@@ -1,7 +1,8 @@
 """Multi-node on one machine: a two-node Ray cluster (head + a second raylet on loopback,
 one logical GPU each), and `openrlhf-speed train` submitted to it through RAY_ADDRESS as on
 a real cluster. With one GPU per node, the vLLM engine and the DeepSpeed actor must land on
-different nodes; the weights then cross nodes over the gloo sync group."""
+different nodes; the weights then cross nodes over the gloo sync group. The proving ground's CI
+model runs it: the placement and the sync are what is checked."""
 
 import os
 import re
@@ -24,7 +25,7 @@ def test_engine_and_actor_on_different_nodes(tmp_path):
         node_ids = {n.node_id for n in cluster.list_all_nodes()}
         assert len(node_ids) == 2
         cmd = [
-            *openrlhf_speed_cmd(), "train",
+            *openrlhf_speed_cmd(), "train", "--actor.model_name_or_path", "proving-ci",
             "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1",
             "--vllm.num_engines", "1", "--vllm.enforce_eager",
             "--algo.advantage.estimator", "rloo", "--algo.kl.init_coef", "0",
