@@ -30,11 +30,12 @@ def in_use_bytes(meminfo: str = "/proc/meminfo") -> int:
 
 
 def measure(cmd: list, every_s: float = 1.0, idle_samples: int = 5, sample=in_use_bytes) -> dict:
-    idle = []
+    before = []
     for _ in range(idle_samples):
-        idle.append(sample())
+        before.append(sample())
         time.sleep(every_s / idle_samples)
-    peak = [min(idle)]
+    idle = min(before)
+    peak = [idle]
     done = threading.Event()
 
     def watch():
@@ -49,8 +50,8 @@ def measure(cmd: list, every_s: float = 1.0, idle_samples: int = 5, sample=in_us
     watcher.join()
     peak[0] = max(peak[0], sample())
     return {"command": " ".join(cmd), "rc": rc, "seconds": round(time.time() - start),
-            "idle_gib": round(min(idle) / GIB, 2), "peak_gib": round(peak[0] / GIB, 2),
-            "above_idle_gib": round((peak[0] - min(idle)) / GIB, 2)}
+            "idle_gib": round(idle / GIB, 2), "peak_gib": round(peak[0] / GIB, 2),
+            "above_idle_gib": round((peak[0] - idle) / GIB, 2)}
 
 
 if __name__ == "__main__":

