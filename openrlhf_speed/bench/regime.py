@@ -214,6 +214,8 @@ def format_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
     if not ci or "point" not in ci:
         return (ci or {}).get("verdict", "-")
     floor = ">=" if ci.get("at_least") else ""
+    if ci.get("low") is None or ci.get("high") is None:  # one run of a curriculum: a point, no interval yet
+        return f"{floor}{ci['point']:{spec}}{unit} [no interval]"
     return f"{floor}{ci['point']:{spec}}{unit} [{ci['low']:{spec}}-{ci['high']:{spec}}]"
 
 

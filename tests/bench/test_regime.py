@@ -253,3 +253,21 @@ def test_a_cell_is_read_from_every_cpu_kind_it_was_published_for(tmp_path):
     assert rm.expand(cells, tmp_path) == [("v5", "proving-v5/avx512", "avx512"),
                                           ("high-b4", "regime/high-b4/avx2", "avx2"),
                                           ("high-b4", "regime/high-b4/avx512-nobf16", "avx512-nobf16")]
+
+
+def test_a_cell_with_one_run_of_a_curriculum_reports_its_point_without_an_interval():
+    """The sitting after SPEED's first run: its speedups are a point with a verdict and no
+    interval yet, and the cell's report prints them (a KeyError there once failed a sitting
+    after the run had finished)."""
+    runs = {"off-r1": _run([0.3, 0.35, 0.4, 0.45, 0.5], 10.0, useful=50.0),
+            "off-r2": _run([0.3, 0.35, 0.4, 0.45, 0.5], 11.0, useful=50.0),
+            "dapo-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 30.0, gen=300.0, discarded=200.0, gen_s=3.0),
+            "speed-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 12.0, gen=150.0, discarded=50.0)}
+    groups = {k: k.split("-")[0] for k in runs}
+    clocks = {k: rg.aggregate.projected_clock(r["steps"], 2.0, 1.0) for k, r in runs.items()}
+    c = rg.cell(runs, groups, 0.5, {"batch": 4, "n": 24}, {"ratio": 2.0, "s_per_train_token": 1.0}, clocks)
+    one = {"verdict": "not resolved (one run of a curriculum)"}
+    headline = {"ratios": {"speed_over_off": {"measured": {"point": 1.05, **one}, "projected_linear": {"point": 1.17, **one}}}}
+    text = "\n".join(rg.markdown(c, {"speed": headline}))
+    assert "SPEED 1.05x [no interval]" in text and "SPEED 1.17x [no interval]" in text
+    assert rg.format_ci({"point": 1.19, "low": 1.04, "high": 1.39}) == "1.19x [1.04-1.39]"
