@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from openrlhf_speed.bench import aggregate
+from openrlhf_speed.bench import aggregate, regime
 
 LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 ABOVE = (1.1, 1.2, 1.3, 1.5)
@@ -169,10 +169,7 @@ def _is_ratio_of(key: str, ours: str) -> bool:
 def _cell(ci: dict) -> str:
     if ci.get("verdict", "").startswith("not measured (a run of ours"):
         return "not reached"
-    if "low" not in ci:
-        return ci["verdict"] if "point" not in ci else f"{ci['point']:.2f}x, {ci['verdict']}"
-    floor = ">=" if ci.get("at_least") else ""
-    return f"{floor}{ci['point']:.2f}x [{ci['low']:.2f}-{ci['high']:.2f}]"
+    return regime.format_ci(ci)
 
 
 def markdown(tab: Optional[dict], ours: str = "speed") -> list:

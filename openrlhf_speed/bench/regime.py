@@ -210,12 +210,13 @@ def _whole(run: dict) -> float:
 
 
 def format_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
-    """A figure with its interval as the tables print it: 1.19x [1.04-1.39], ">=" for a floor."""
+    """A figure with its interval as the tables print it: 1.19x [1.04-1.39], ">=" for a floor;
+    a point without one (one run of a curriculum) as 1.05x, with its verdict."""
     if not ci or "point" not in ci:
         return (ci or {}).get("verdict", "-")
     floor = ">=" if ci.get("at_least") else ""
-    if ci.get("low") is None or ci.get("high") is None:  # one run of a curriculum: a point, no interval yet
-        return f"{floor}{ci['point']:{spec}}{unit} [no interval]"
+    if ci.get("low") is None or ci.get("high") is None:
+        return f"{floor}{ci['point']:{spec}}{unit}, {ci.get('verdict', 'no interval')}"
     return f"{floor}{ci['point']:{spec}}{unit} [{ci['low']:{spec}}-{ci['high']:{spec}}]"
 
 
