@@ -1,5 +1,5 @@
-"""One cell of the regime map: where in (zero-variance share, batch) screening pays, and what
-any prompt selection could reach there.
+"""One cell of the regime map: where in (zero-variance share, batch) screening pays, and how it
+compares with training only the groups DAPO kept (the ceiling, a yardstick rather than a bound).
 
 A cell is one benchmark (a data mix and a batch size) with `off`, DAPO and SPEED runs; its
 target is `off`'s final accuracy (levels.py, f = 1.0), fixed by the `off` runs alone. Per cell:
