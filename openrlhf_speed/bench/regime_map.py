@@ -317,7 +317,7 @@ def plot(m: dict, path: str) -> Optional[str]:
     ax.axhline(1.0, color="grey", linewidth=1)
     ax.set_xlabel("off's zero-variance share of groups at N = 24 (its first steps)")
     ax.set_ylabel("speedup over off to off's final accuracy\n(GPU projection, 95% interval)")
-    ax.set_title("Where screening pays: SPEED against the ceiling (DAPO's kept groups, discards free)")
+    ax.set_title("Where screening pays: SPEED against the ceiling\n(DAPO's kept groups, its discards free)", fontsize=11)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
