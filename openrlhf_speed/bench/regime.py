@@ -28,7 +28,7 @@ import math
 import random
 from typing import Optional
 
-from openrlhf_speed.bench import aggregate
+from openrlhf_speed.bench import aggregate, evidence
 
 OURS, BASE, FILTER = "speed", "off", "dapo"
 EARLY_STEPS = 5  # `off`'s zero-variance share "at step 0": its first steps, before the policy moves
@@ -141,6 +141,23 @@ def _ratio_cell(base: list, ours: list) -> dict:
     return cell
 
 
+def engine_rate(run: dict) -> Optional[float]:
+    """A run's generated tokens per second of generation over its host's speed (evidence.host_speed,
+    the same evaluation prompts in every run), so the host's drift between runs divides out; None
+    without both. A curriculum that sends its engines smaller batches or more round trips decodes
+    fewer tokens a second, which the GPU projection does not charge: it prices tokens alone."""
+    host = evidence.host_speed(run["evals"])
+    gen = aggregate.mechanism(run["steps"]).get("generation_tokens_per_s")
+    if not host or gen is None or math.isnan(gen):
+        return None
+    return gen / host
+
+
+def _mean_rate(runs: list) -> Optional[float]:
+    rates = [r for r in map(engine_rate, runs) if r is not None]
+    return _mean(rates) if rates else None
+
+
 def discarded_share(steps: list) -> float:
     gen = sum(aggregate.num(st, "speed/tokens_generated") for st in steps)
     return sum(aggregate.num(st, "speed/tokens_discarded") for st in steps) / gen if gen else float("nan")
@@ -176,6 +193,7 @@ def cell(runs: dict, groups: dict, target: Optional[float], settings: dict, mode
     per = {c: {"steps_to_target": [round(s, 2) if r else None for s, r in st[c]],
                "step_ratio": _ratio_cell(st[BASE], st[c]),
                "discarded_share": _mean([discarded_share(runs[k]["steps"]) for k in keys[c]]),
+               "engine_rate": _mean_rate([runs[k] for k in keys[c]]),
                "discards_free": {"measured": _ratio_cell(measured[BASE], free[c])}} for c in others}
     budget = {"clock_s": _mean([_whole(runs[k]) for k in keys[BASE]])}
     budget["accuracy"] = {c: _mean([accuracy_at(runs[k]["evals"], budget["clock_s"])[0] for k in ks])
@@ -220,6 +238,15 @@ def format_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
     return f"{floor}{ci['point']:{spec}}{unit} [{ci['low']:{spec}}-{ci['high']:{spec}}]"
 
 
+def _engine_note(d: dict, ours: dict) -> str:
+    """Its engine rate against SPEED's (engine_rate), where it is lower: what the projection leaves out."""
+    mine, theirs = d.get("engine_rate"), ours.get("engine_rate")
+    if not mine or not theirs or mine >= theirs:
+        return ""
+    return (f"; its engines decode {mine / theirs:.2f}x SPEED's tokens a second of the same host (smaller batches, "
+            "more round trips), which the projection, pricing tokens alone, does not charge")
+
+
 def markdown(c: Optional[dict], headlines: Optional[dict]) -> list:
     """The report's regime lines for one cell; headlines: {curriculum: levels.headline}."""
     if not c:
@@ -251,7 +278,7 @@ def markdown(c: Optional[dict], headlines: Optional[dict]) -> list:
                                                                for s in d["steps_to_target"])
                      + f"; over off, projected {format_ci(sp)}" + ("" if share is None else f", {share:.0%} of the ceiling")
                      + f"; discarded share {d['discarded_share']:.2f}; its discards free "
-                     f"{format_ci(d['discards_free'].get('projected'))}")
+                     f"{format_ci(d['discards_free'].get('projected'))}" + _engine_note(d, c["curricula"][OURS]))
     b = c["budget"]
     lines.append(f"- held-out accuracy at off's whole clock ({b['clock_s']:.0f} s): "
                  + ", ".join(f"{k} {v:.3f}" for k, v in b["accuracy"].items()))

@@ -127,9 +127,16 @@ def successors(report: dict, c: dict, speed_over_off: Optional[dict]) -> dict:
                      "over_speed_projected": mine["point"] / speeds["point"]
                      if "point" in mine and speeds.get("point") else None,
                      "discarded_share": per["discarded_share"],
+                     "engine_rate_vs_speed": _rate_over(per, (c.get("curricula") or {}).get(regime.OURS)),
                      "share_of_ceiling": {k: regime.share_of_ceiling(pick[regime.BASE][k], c["ceiling"].get(k))
                                           for k in ("measured", "projected")}}
     return out
+
+
+def _rate_over(mine: dict, speeds: Optional[dict]) -> Optional[float]:
+    """Its engine rate over SPEED's (regime.engine_rate: host-normalised decode tokens a second)."""
+    a, b = mine.get("engine_rate"), (speeds or {}).get("engine_rate")
+    return a / b if a and b else None
 
 
 def _ln_se(ci: dict) -> Optional[float]:
@@ -230,8 +237,8 @@ def markdown(m: dict) -> str:
     beyond = [(r, name, x) for r in m["rows"] for name, x in (r.get("successors") or {}).items()]
     if beyond:
         lines += ["", "| cell | beyond SPEED | over off, measured / projected | over DAPO, measured / projected | "
-                  "over SPEED, projected | discarded share (SPEED's) | share of the ceiling, projected (SPEED's) |",
-                  "|---|---|---|---|---|---|---|"]
+                  "over SPEED, projected | discarded share (SPEED's) | share of the ceiling, projected (SPEED's) | "
+                  "decode rate over SPEED's |", "|---|---|---|---|---|---|---|---|"]
         for r, name, x in beyond:
             mine, speeds = x["share_of_ceiling"]["projected"], r["share_of_ceiling"]["projected"]
             speed_discards = (r.get("curricula") or {}).get(regime.OURS, {}).get("discarded_share")
@@ -241,7 +248,8 @@ def markdown(m: dict) -> str:
                 f"{regime.format_ci(x['over_dapo'].get('projected'))} | "
                 f"{'-' if x['over_speed_projected'] is None else format(x['over_speed_projected'], '.2f') + 'x'} | "
                 f"{x['discarded_share']:.2f} ({'-' if speed_discards is None else format(speed_discards, '.2f')}) | "
-                f"{'-' if mine is None else format(mine, '.0%')} ({'-' if speeds is None else format(speeds, '.0%')}) |")
+                f"{'-' if mine is None else format(mine, '.0%')} ({'-' if speeds is None else format(speeds, '.0%')}) | "
+                f"{'-' if x.get('engine_rate_vs_speed') is None else format(x['engine_rate_vs_speed'], '.2f')} |")
     a = m.get("alpha")
     if a:
         lines += ["", f"alpha fitted on {', '.join(a['cells'])}: {a['point']:.2f} [{a['low']:.2f}-{a['high']:.2f}] "

@@ -32,6 +32,9 @@ Presets (`--mode`; every flag below overrides its preset's value; sizes in prese
                                                         speedup at every target level
     proving-v4  proving-v4   4     uniform_gain:0.75    the published v4 tables (30 steps; benchmarks/proving-v4)
     proving-ci  proving-ci   1     auto                 CI: the proving-ground path end to end at its smallest
+    proving-low, proving-high, proving-high-b4
+                proving      3     off_final            the regime map's cells: v5's model on the `low` or `high`
+                                                        data mix, B = 16 or 4 (docs/benchmarks.md, the regime map)
 
 What is measured, the statistics and the GPU projection: docs/benchmarks.md#what-is-measured.
 """

@@ -272,3 +272,33 @@ def test_a_cell_with_one_run_of_a_curriculum_reports_its_point_without_an_interv
     assert "SPEED 1.05x, not resolved (one run of a curriculum)" in text
     assert "SPEED 1.17x, not resolved (one run of a curriculum)" in text
     assert rg.format_ci({"point": 1.19, "low": 1.04, "high": 1.39}) == "1.19x [1.04-1.39]"
+
+
+def test_a_curriculum_whose_engines_decode_slower_is_told_what_the_projection_leaves_out():
+    """speed_seq's second half-screen is a smaller batch and another round trip: its engines
+    decode fewer tokens a second than SPEED's on the same host, which the projection (tokens
+    alone) does not charge. The rate is over each run's own evaluation speed, so a host that
+    slowed down between runs does not read as a slower curriculum."""
+    def timed(run, host_tok_s):
+        for e in run["evals"]:
+            e.update(eval_num_samples=10, eval_response_length_mean=10.0, eval_time_s=100.0 / host_tok_s)
+        return run
+
+    runs = {"off-r1": timed(_run([0.3, 0.35, 0.4, 0.45, 0.5], 10.0, useful=50.0), 100.0),
+            "dapo-r1": timed(_run([0.3, 0.4, 0.5, 0.5, 0.5], 30.0, gen=300.0, discarded=200.0, gen_s=3.0), 100.0),
+            # SPEED: 150 tokens in 1 s of generation on a 100 tok/s host; speed_seq: 150 in 2 s on a
+            # host that ran at half the speed (50 tok/s): the same rate, 1.5x its host
+            "speed-r1": timed(_run([0.3, 0.4, 0.5, 0.5, 0.5], 12.0, gen=150.0, discarded=50.0), 100.0),
+            "speed_seq-r1": timed(_run([0.3, 0.4, 0.5, 0.5, 0.5], 11.0, gen=150.0, discarded=25.0, gen_s=2.0), 50.0),
+            "speed_seq-r2": timed(_run([0.3, 0.4, 0.5, 0.5, 0.5], 11.0, gen=150.0, discarded=25.0, gen_s=2.0), 100.0)}
+    groups = {k: k.split("-")[0] for k in runs}
+    clocks = {k: rg.aggregate.projected_clock(r["steps"], 2.0, 1.0) for k, r in runs.items()}
+    c = rg.cell(runs, groups, 0.5, {"batch": 4, "n": 24}, {"ratio": 2.0, "s_per_train_token": 1.0}, clocks)
+    assert rg.engine_rate(runs["speed-r1"]) == pytest.approx(1.5)
+    assert rg.engine_rate(runs["speed_seq-r1"]) == pytest.approx(1.5)
+    assert c["curricula"]["speed_seq"]["engine_rate"] == pytest.approx((1.5 + 0.75) / 2)
+    text = "\n".join(rg.markdown(c, None))
+    assert "its engines decode 0.75x SPEED's tokens a second of the same host" in text
+    assert rm.row("cell", "avx2", {"regime": c})["successors"]["speed_seq"]["engine_rate_vs_speed"] == pytest.approx(0.75)
+    # a run without evaluation timings (a cell published before the column): no rate, no claim
+    assert rg.engine_rate(_run([0.3, 0.5], 10.0)) is None
