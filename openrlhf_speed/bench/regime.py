@@ -238,12 +238,18 @@ def format_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
     return f"{floor}{ci['point']:{spec}}{unit} [{ci['low']:{spec}}-{ci['high']:{spec}}]"
 
 
+def rate_over_speed(d: dict, ours: Optional[dict]) -> Optional[float]:
+    """A curriculum's engine rate (engine_rate) over SPEED's, from their cell entries; None without both."""
+    mine, theirs = d.get("engine_rate"), (ours or {}).get("engine_rate")
+    return mine / theirs if mine and theirs else None
+
+
 def _engine_note(d: dict, ours: dict) -> str:
-    """Its engine rate against SPEED's (engine_rate), where it is lower: what the projection leaves out."""
-    mine, theirs = d.get("engine_rate"), ours.get("engine_rate")
-    if not mine or not theirs or mine >= theirs:
+    """Its engine rate against SPEED's where it is lower: what the projection leaves out."""
+    rate = rate_over_speed(d, ours)
+    if rate is None or rate >= 1.0:
         return ""
-    return (f"; its engines decode {mine / theirs:.2f}x SPEED's tokens a second of the same host (smaller batches, "
+    return (f"; its engines decode {rate:.2f}x SPEED's tokens a second of the same host (smaller batches, "
             "more round trips), which the projection, pricing tokens alone, does not charge")
 
 

@@ -127,16 +127,10 @@ def successors(report: dict, c: dict, speed_over_off: Optional[dict]) -> dict:
                      "over_speed_projected": mine["point"] / speeds["point"]
                      if "point" in mine and speeds.get("point") else None,
                      "discarded_share": per["discarded_share"],
-                     "engine_rate_vs_speed": _rate_over(per, (c.get("curricula") or {}).get(regime.OURS)),
+                     "engine_rate_vs_speed": regime.rate_over_speed(per, (c.get("curricula") or {}).get(regime.OURS)),
                      "share_of_ceiling": {k: regime.share_of_ceiling(pick[regime.BASE][k], c["ceiling"].get(k))
                                           for k in ("measured", "projected")}}
     return out
-
-
-def _rate_over(mine: dict, speeds: Optional[dict]) -> Optional[float]:
-    """Its engine rate over SPEED's (regime.engine_rate: host-normalised decode tokens a second)."""
-    a, b = mine.get("engine_rate"), (speeds or {}).get("engine_rate")
-    return a / b if a and b else None
 
 
 def _ln_se(ci: dict) -> Optional[float]:

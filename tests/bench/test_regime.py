@@ -300,5 +300,5 @@ def test_a_curriculum_whose_engines_decode_slower_is_told_what_the_projection_le
     text = "\n".join(rg.markdown(c, None))
     assert "its engines decode 0.75x SPEED's tokens a second of the same host" in text
     assert rm.row("cell", "avx2", {"regime": c})["successors"]["speed_seq"]["engine_rate_vs_speed"] == pytest.approx(0.75)
-    # a run without evaluation timings (a cell published before the column): no rate, no claim
+    # a run whose evaluations carry no timings: no host speed, so no rate and no claim
     assert rg.engine_rate(_run([0.3, 0.5], 10.0)) is None
