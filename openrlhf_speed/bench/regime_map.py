@@ -10,7 +10,10 @@ per batch, the ceiling dashed).
 The fit: ln(step ratio) = alpha x ln(rho) through the origin, each cell weighted by the
 inverse variance of its ln(step ratio) (from its bootstrap interval), the interval widened
 by the cells' dispersion when they disagree more than their own intervals say (the Birge
-ratio). curriculum/payoff.ALPHA holds the published fit; tests/bench check it is this one.
+ratio). One fit per batch B, and one over every cell for the record: alpha rises as B falls
+towards the critical batch size, so `advise` takes the fit of the measured batch nearest its
+run's. curriculum/payoff.ALPHA holds the published per-batch fits; tests/bench check they are
+these.
 """
 
 from __future__ import annotations
@@ -49,26 +52,35 @@ def expand(cells=CELLS, root: Path = ROOT) -> list:
     return out
 
 
-# A cell enters the map only with these curricula, each curriculum of its plan with MIN_RUNS
-# finished runs (or all it plans, if fewer): its rows compare SPEED with both baselines over
-# seeds, and a cell published run by run (each sitting publishes, so its evidence outlives the
-# machine) must not move the fit half way.
+# A cell enters the map once it plans these curricula and each has MIN_RUNS finished runs (or
+# all it plans, if fewer): its rows compare SPEED with both baselines over seeds, and a cell
+# published run by run (each sitting publishes, so its evidence outlives the machine) must not
+# move the fit half way. A curriculum beyond them (speed_seq) joins its cell's row on the same
+# terms, later if its runs come later; the fit does not use it.
 MAP_CURRICULA = ("off", "dapo", "speed")
 MIN_RUNS = 3
 
 
-def cell_missing(meta: dict, results: dict) -> list:
-    """What keeps a published cell off the map: curricula it does not plan, and runs still to
-    finish, per curriculum, before each has MIN_RUNS."""
+def runs_short(meta: dict, results: dict) -> dict:
+    """{curriculum: runs still to finish before it has MIN_RUNS} for each planned curriculum
+    short of them, in plan order."""
     from collections import Counter
 
     from openrlhf_speed.bench.resume import plan_of
 
     plan, done = plan_of(meta), set(results.get("runs_summary", {}))
     planned, finished = Counter(r["curriculum"] for r in plan), Counter(r["curriculum"] for r in plan if r["key"] in done)
-    missing = [f"curriculum {c}" for c in MAP_CURRICULA if c not in planned]
-    return missing + [f"{min(MIN_RUNS, n) - finished[c]} {c} run(s)" for c, n in planned.items()
-                      if finished[c] < min(MIN_RUNS, n)]
+    return {c: min(MIN_RUNS, n) - finished[c] for c, n in planned.items() if finished[c] < min(MIN_RUNS, n)}
+
+
+def cell_missing(meta: dict, results: dict) -> list:
+    """What keeps a published cell off the map: a curriculum of MAP_CURRICULA it does not plan,
+    and the runs those it plans still need."""
+    from openrlhf_speed.bench.resume import plan_of
+
+    planned, short = {r["curriculum"] for r in plan_of(meta)}, runs_short(meta, results)
+    return ([f"curriculum {c}" for c in MAP_CURRICULA if c not in planned]
+            + [f"{n} {c} run(s)" for c, n in short.items() if c in MAP_CURRICULA])
 
 
 def read_cell(folder) -> Optional[tuple]:
@@ -141,7 +153,7 @@ def _ln_se(ci: dict) -> Optional[float]:
 
 def fit_alpha(rows: list) -> Optional[dict]:
     """{'point', 'low', 'high', 'cells', 'birge'} of alpha over the rows with a step ratio
-    and rho > 1 (see the module docstring); None with fewer than 2."""
+    and rho > 1 (see the module docstring); one such row gives its own alpha; None with none."""
     pts = []
     for r in rows:
         sr, rho = r.get("step_ratio") or {}, r.get("rho") or {}
@@ -150,16 +162,23 @@ def fit_alpha(rows: list) -> Optional[dict]:
             continue
         x, y = math.log(rho["point"]), math.log(sr["point"])
         pts.append((r["cell"], x, y, se))
-    if len(pts) < 2:
+    if not pts:
         return None
     w = [1.0 / se ** 2 for *_, se in pts]
     sxx = sum(wi * x * x for wi, (_, x, _, _) in zip(w, pts))
     alpha = sum(wi * x * y for wi, (_, x, y, _) in zip(w, pts)) / sxx
     chi2 = sum(wi * (y - alpha * x) ** 2 for wi, (_, x, y, _) in zip(w, pts))
-    birge = max(1.0, math.sqrt(chi2 / (len(pts) - 1)))
+    birge = max(1.0, math.sqrt(chi2 / (len(pts) - 1))) if len(pts) > 1 else 1.0
     se = birge / math.sqrt(sxx)
     return {"point": alpha, "low": alpha - 1.96 * se, "high": alpha + 1.96 * se, "cells": [p[0] for p in pts],
             "birge": birge}
+
+
+def fit_by_batch(rows: list) -> list:
+    """fit_alpha over the cells of each batch B, largest B first, each with its 'batch': what
+    `advise` uses (payoff.ALPHA, payoff.alpha_for), since alpha rises as B falls."""
+    fits = [(b, fit_alpha([r for r in rows if r["batch"] == b])) for b in sorted({r["batch"] for r in rows}, reverse=True)]
+    return [{"batch": b, **f} for b, f in fits if f]
 
 
 def step_cost(r: dict) -> Optional[float]:
@@ -172,15 +191,19 @@ def step_cost(r: dict) -> Optional[float]:
 
 
 def leave_one_out(rows: list) -> list:
-    """For each cell: alpha fitted on the others, the speedup it predicts there (rho^alpha /
-    kappa, the cell's own rho and step cost), against the projected speedup measured."""
+    """For each cell: alpha fitted on the others as `advise` would take it (the fit of the
+    measured batch nearest the cell's, payoff.alpha_for), the speedup it predicts there
+    (rho^alpha / kappa, the cell's own rho and step cost), against the projected speedup measured."""
+    from openrlhf_speed.curriculum.payoff import alpha_for
+
     out = []
     for r in rows:
-        others = fit_alpha([o for o in rows if o is not r])
+        fits = {f["batch"]: f for f in fit_by_batch([o for o in rows if o is not r])}
         kappa, sp = step_cost(r), ((r.get("speed_over_off") or {}).get("projected") or {})
         rho = (r.get("rho") or {}).get("point")
-        if not others or kappa is None or not rho or "point" not in sp:
+        if not fits or kappa is None or not rho or "point" not in sp:
             continue
+        others = alpha_for(r["batch"], fits)
         pred = {k: rho ** others[k] / kappa for k in ("point", "low", "high")}
         out.append({"cell": r["cell"], "alpha_others": others, "predicted": pred, "measured": sp["point"],
                     "error": pred["point"] / sp["point"] - 1.0,
@@ -194,9 +217,10 @@ def pending(cells=CELLS, root: Path = ROOT) -> list:
 
 
 def build(cells=CELLS, root: Path = ROOT) -> dict:
-    """The map's rows, alpha fitted on them, the leave-one-out errors, and the cells published
-    but not ready (each cell folder read once)."""
-    rows, waiting = [], []
+    """The map's rows, alpha fitted on them, the leave-one-out errors, the cells published but
+    not ready, and the curricula left out of a mapped cell's row until their runs are in (each
+    cell folder read once)."""
+    rows, waiting, later = [], [], []
     for name, folder, kind in expand(cells, root):
         cell = read_cell(root / folder)
         if cell is None:
@@ -206,9 +230,15 @@ def build(cells=CELLS, root: Path = ROOT) -> dict:
             waiting.append((name, missing))
             continue
         r = row(name, kind, cell_report(*cell))
-        if r:
-            rows.append({**r, "folder": folder})
-    return {"rows": rows, "alpha": fit_alpha(rows), "leave_one_out": leave_one_out(rows), "pending": waiting}
+        if not r:
+            continue
+        late = {c: n for c, n in runs_short(*cell).items() if c in r["successors"]}
+        if late:
+            r["successors"] = {c: x for c, x in r["successors"].items() if c not in late}
+            later.append((name, late))
+        rows.append({**r, "folder": folder})
+    return {"rows": rows, "alpha": fit_alpha(rows), "alpha_by_batch": fit_by_batch(rows),
+            "leave_one_out": leave_one_out(rows), "pending": waiting, "later": later}
 
 
 def markdown(m: dict) -> str:
@@ -244,16 +274,19 @@ def markdown(m: dict) -> str:
                 f"{x['discarded_share']:.2f} ({'-' if speed_discards is None else format(speed_discards, '.2f')}) | "
                 f"{'-' if mine is None else format(mine, '.0%')} ({'-' if speeds is None else format(speeds, '.0%')}) | "
                 f"{'-' if x.get('engine_rate_vs_speed') is None else format(x['engine_rate_vs_speed'], '.2f')} |")
-    a = m.get("alpha")
-    if a:
-        lines += ["", f"alpha fitted on {', '.join(a['cells'])}: {a['point']:.2f} [{a['low']:.2f}-{a['high']:.2f}] "
-                  f"(95%, Birge ratio {a['birge']:.2f})"]
+    fits = [(f"B = {f['batch']}", f) for f in m.get("alpha_by_batch") or []]
+    if m.get("alpha"):
+        fits.append(("every cell", m["alpha"]))
+    if fits:
+        lines += ["", "| alpha fitted on | cells | alpha (95%) | Birge ratio |", "|---|---|---|---|"]
+        lines += [f"| {name} | {', '.join(a['cells'])} | {a['point']:.2f} [{a['low']:.2f}-{a['high']:.2f}] | "
+                  f"{a['birge']:.2f} |" for name, a in fits]
     if m.get("leave_one_out"):
-        lines += ["", "| left out | alpha from the others | predicted speedup (projected) | measured | error | "
+        lines += ["", "| left out | alpha from the others (their B) | predicted speedup (projected) | measured | error | "
                   "inside |", "|---|---|---|---|---|---|"]
         for x in m["leave_one_out"]:
             a, p = x["alpha_others"], x["predicted"]
-            lines.append(f"| {x['cell']} | {a['point']:.2f} [{a['low']:.2f}-{a['high']:.2f}] | {p['point']:.2f}x "
+            lines.append(f"| {x['cell']} | {a['point']:.2f} [{a['low']:.2f}-{a['high']:.2f}] (B = {a['batch']}) | {p['point']:.2f}x "
                          f"[{p['low']:.2f}-{p['high']:.2f}] | {x['measured']:.2f}x | {x['error']:+.0%} | "
                          f"{'yes' if x['contains'] else 'no'} |")
     return "\n".join(lines)
@@ -351,5 +384,8 @@ def main(argv=None) -> int:
     for name, missing in m["pending"]:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         print(f"[regime-map] {name}: published, not on the map yet: it lacks {shown}")
+    for name, late in m["later"]:
+        print(f"[regime-map] {name}: on the map; its row leaves out "
+              + ", ".join(f"{c} until its {n} more run(s)" for c, n in late.items()))
     print(f"[regime-map] {len(m['rows'])} cells; wrote {args.publish}, {args.out}/regime.md, {args.out}/regime.png")
     return 0

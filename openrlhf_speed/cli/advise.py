@@ -98,8 +98,57 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--from_run", default=None,
                    help="measure the cost ratio from a run's metrics.jsonl (a run folder or the file): seconds per "
                    "generated token over seconds per trained token; an `off` run measures it best")
+    p.add_argument("--from_screening", default=None, metavar="JSON",
+                   help="no engine: judge the screening saved in an earlier `advise --json` output again, with this "
+                   "run's training settings and the current calibration (alpha); its model, data and sampling stay")
     p.add_argument("--json", action="store_true", help="print one JSON object (every figure) to stdout and nothing else")
     return p
+
+
+# What a saved --json output keeps of its screening; everything else is judged again.
+SCREENED = ("model", "data", "prompts", "usable_prompts", "samples", "seed", "sampling", "levels", "screening")
+# Flags that choose or sample the screening: with --from_screening they are refused where they
+# differ from it (a saved screening cannot be redrawn or resampled).
+SCREENING_FLAGS = {"model": "--model", "data": "--data", "input_key": "--data.input_key",
+                   "label_key": "--data.label_key", "apply_chat_template": "--data.apply_chat_template",
+                   "input_template": "--data.input_template", "max_len": "--data.max_len", "group_key": "--group_key",
+                   "prompts": "--prompts", "samples": "--samples", "seed": "--seed", "vllm_dtype": "--vllm.dtype",
+                   "tensor_parallel_size": "--vllm.tensor_parallel_size", "temperature": "--rollout.temperature",
+                   "top_p": "--rollout.top_p", "max_new_tokens": "--rollout.max_new_tokens"}
+
+
+def given_flags(argv) -> set:
+    """The dests of the flags written on the command line (not left at their defaults)."""
+    p = build_parser()
+    for action in p._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(p.parse_args(argv)))
+
+
+def saved_screening(path: str, args, given: set) -> dict:
+    """The screening part of a saved `advise --json` output, or AdviseError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except OSError as e:
+        raise AdviseError(f"--from_screening {path}: cannot read it ({e.strerror})") from None
+    except ValueError as e:
+        raise AdviseError(f"--from_screening {path}: not JSON ({e}); give a file written by "
+                          "`openrlhf-speed advise --json`") from None
+    lacking = [k for k in SCREENED if k not in saved] if isinstance(saved, dict) else list(SCREENED)
+    if lacking:
+        raise AdviseError(f"--from_screening {path} lacks {', '.join(lacking)}: give a file written by "
+                          "`openrlhf-speed advise --json`")
+    recorded = {**saved["sampling"], **{k: saved[k] for k in ("model", "data", "prompts", "samples", "seed")}}
+    for dest in sorted(given & set(SCREENING_FLAGS)):
+        if dest not in recorded or getattr(args, dest) != recorded[dest]:
+            raise AdviseError(f"{SCREENING_FLAGS[dest]} with --from_screening: the screening in {path} is fixed "
+                              f"({recorded.get(dest, 'not recorded')}); leave the flag out, or screen again without "
+                              "--from_screening")
+    out = {k: saved[k] for k in SCREENED}
+    first = saved.get("screened") or saved  # judged again before: where it was screened stays
+    out["screened"] = {"from": path, **{k: first[k] for k in ("command", "machine") if k in first}}
+    return out
 
 
 def _training_speed_actions() -> list:
@@ -266,22 +315,30 @@ def main(argv=None) -> int:
     try:
         ratio, ratio_source = cost_ratio(args)
         s = speed_settings(args, ratio)
-        model, data, rows, tok, report = load_inputs(args)
+        if args.from_screening:
+            saved = saved_screening(args.from_screening, args, given_flags(argv))
+        else:
+            model, data, rows, tok, report = load_inputs(args)
     except AdviseError as e:
         print(f"openrlhf-speed advise: error: {e}", file=sys.stderr)
         if json_out is not None:  # nothing started: give stdout back
             os.dup2(json_out, 1)
             os.close(json_out)
         return 2
-    chosen = draw(rows, args.prompts, args.seed)
-    print(f"[advise] model {model}; data {data}: {len(chosen)} of {len(rows)} usable prompts (seed {args.seed})",
-          file=sys.stderr, flush=True)
-    screening = screen(args, model, chosen, tok)
-    levels = [str(r.get(args.group_key, "all")) for r in chosen]
-    result = {"model": model, "data": data, "prompts": len(chosen), "usable_prompts": len(rows),
-              "samples": args.samples, "seed": args.seed, "settings": dataclasses.asdict(s), "cost_ratio": ratio_source,
-              "sampling": {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens},
-              "levels": levels, "screening": screening, **analyse(screening, levels, s, args.samples, args.prior)}
+    if args.from_screening:
+        result = {**saved, "settings": dataclasses.asdict(s), "cost_ratio": ratio_source,
+                  **analyse(saved["screening"], saved["levels"], s, saved["samples"], args.prior)}
+    else:
+        chosen = draw(rows, args.prompts, args.seed)
+        print(f"[advise] model {model}; data {data}: {len(chosen)} of {len(rows)} usable prompts (seed {args.seed})",
+              file=sys.stderr, flush=True)
+        screening = screen(args, model, chosen, tok)
+        levels = [str(r.get(args.group_key, "all")) for r in chosen]
+        result = {"model": model, "data": data, "prompts": len(chosen), "usable_prompts": len(rows),
+                  "samples": args.samples, "seed": args.seed, "settings": dataclasses.asdict(s),
+                  "cost_ratio": ratio_source, "sampling": {"temperature": args.temperature, "top_p": args.top_p,
+                                                           "max_new_tokens": args.max_new_tokens},
+                  "levels": levels, "screening": screening, **analyse(screening, levels, s, args.samples, args.prior)}
     if json_out is not None:
         os.write(json_out, (json.dumps(result, default=float) + "\n").encode())
         return 0

@@ -93,6 +93,13 @@ def _mechanism(r: dict) -> list:
     return lines
 
 
+def _at_batch(c: dict) -> str:
+    src = c.get("alpha_from") or {}
+    if "batch" not in src:
+        return ""
+    return f" at B = {src['batch']}, the measured batch nearest this run's ({', '.join(src.get('cells', ()))})"
+
+
 def _comparison(r: dict) -> list:
     c, src = r["comparison"], r["cost_ratio"]
     name = BASELINE_NAMES[c["baseline"]]
@@ -110,7 +117,7 @@ def _comparison(r: dict) -> list:
             f"  informative groups        {c['informative_ratio']:.2f}x a step",
             f"  step saving               {sv['low']:.0%} to {sv['high']:.0%} ({sv['point']:.0%} at alpha "
             f"{a['point']:.2f}; steps = its x ratio^-alpha, alpha {a['low']:.2f}-{a['high']:.2f} fitted on the "
-            f"regime map)",
+            f"regime map's cells{_at_batch(c)})",
             f"  speedup                   {sp['low']:.2f}x to {sp['high']:.2f}x ({sp['point']:.2f}x at alpha "
             f"{a['point']:.2f})"]
 
@@ -119,6 +126,10 @@ def render_report(r: dict) -> str:
     sc = r["screening"]
     lines = [f"openrlhf-speed advise: {r['model']} on {r['prompts']} prompts of {r['data']} x {r['samples']} "
              f"responses ({sc['seconds']:.1f} s, {sc['tokens']} tokens; reward statuses {sc['reward_statuses']})", ""]
+    if r.get("screened"):
+        w = r["screened"]
+        lines[-1:-1] = [f"  the screening saved in {w['from']}, judged again with these settings"
+                        + (f" (screened on {w['machine']})" if w.get("machine") else "")]
     lines += _difficulty(r) + _histogram(r) + _holdout(r) + _mechanism(r) + _comparison(r)
     lines += ["", "Assumptions of the model (docs/advise.md):"] + [f"  - {a}" for a in r["assumptions"]]
     lines += ["", r["verdict"]["line"]]

@@ -38,18 +38,34 @@ ASSUMPTIONS = (
     "measured on stock OpenRLHF's step (generation r : 1 training); batching, overlap and "
     "engine efficiency are not modelled",
     "steps to a target fall as the informative-group ratio rho to the power alpha, with alpha "
-    "fitted on the regime map's published cells (ALPHA, with its 95% interval; 1 would be linear, "
-    "as below the critical batch size, 0 no saving at all, as far above it)",
+    "fitted on the regime map's published cells at the measured batch nearest this run's (ALPHA, with "
+    "its 95% interval; 1 would be linear, as below the critical batch size, 0 no saving at all, as far "
+    "above it); the cells are one small model, and a larger model's critical batch is its own",
     "response lengths and pass rates are those of the screening, sampled with the training "
     "settings (temperature, top_p, max_new_tokens, chat template)",
 )
 
 CURRICULA = ("uniform", "dapo", "speed")
 # alpha in (SPEED's steps / the baseline's) = rho^-alpha, fitted by `openrlhf-speed regime-map` on
-# the published cells (benchmarks/regime/regime.json; tests/bench/test_regime_map.py holds the two
-# equal). Not [0.5, 1]: on the proving ground steps fall far less than the informative groups grow
-# (docs/benchmarks.md, "The regime map").
-ALPHA = {"point": 0.30, "low": 0.20, "high": 0.40, "cells": ("v4", "v4-avx2", "v5")}
+# the published cells of each batch B (benchmarks/regime/regime.json, "alpha_by_batch";
+# tests/bench/test_regime.py holds the two equal). Not one alpha: it rises as the batch falls
+# towards the critical size, as large-batch training predicts, and the cells at B = 16 and B = 4
+# disagree beyond their intervals (docs/benchmarks.md, "The regime map").
+ALPHA = {
+    16: {"point": 0.30, "low": 0.20, "high": 0.40, "cells": ("v4", "v4-avx2", "v5")},
+    4: {"point": 0.47, "low": 0.40, "high": 0.54, "cells": ("high-b4",)},
+}
+
+
+def alpha_for(batch: int, fits: dict = ALPHA) -> dict:
+    """The alpha fit of the measured batch nearest `batch` on a log scale, with that 'batch';
+    between two, the larger batch's (its smaller alpha: the cautious side)."""
+    if not fits:
+        raise ValueError("no alpha fit: the regime map has no cell")
+    b = min(fits, key=lambda k: (abs(math.log(max(batch, 1) / k)), -k))
+    return {**fits[b], "batch": b}
+
+
 BASELINE_NAMES = {"off": "stock OpenRLHF", "uniform": "uniform RLOO", "dapo": "DAPO"}
 
 
@@ -134,10 +150,12 @@ def step_cost(figures: dict, cost_ratio: float) -> float:
     return t["trained"] + cost_ratio * t["generated"]
 
 
-def compare(pred: dict, s: Settings, alpha: dict = ALPHA) -> dict:
+def compare(pred: dict, s: Settings, alpha: dict = None) -> dict:
     """SPEED against the baseline: its step cost, the break-even step share, and its step
     saving and speedup at alpha's point and interval ends (SPEED's steps = the baseline's x
-    rho^-alpha, rho the informative-group ratio)."""
+    rho^-alpha, rho the informative-group ratio). alpha: the calibrated fit nearest the
+    settings' batch (alpha_for) unless given."""
+    alpha = alpha_for(s.batch) if alpha is None else alpha
     base = pred["uniform" if s.baseline == "off" else s.baseline]
     speed = pred["speed"]
     cost = step_cost(speed, s.cost_ratio) / step_cost(base, s.cost_ratio)
@@ -148,7 +166,8 @@ def compare(pred: dict, s: Settings, alpha: dict = ALPHA) -> dict:
         "baseline": s.baseline, "cost_ratio": s.cost_ratio, "step_cost": cost, "break_even": 1.0 / cost,
         "generated_tokens_ratio": speed["tokens"]["generated"] / base["tokens"]["generated"],
         "trained_tokens_ratio": speed["tokens"]["trained"] / base["tokens"]["trained"],
-        "informative_ratio": ratio, "alpha": {k: alpha[k] for k in ends}, "step_share": share,
+        "informative_ratio": ratio, "alpha": {k: alpha[k] for k in ends},
+        "alpha_from": {k: alpha[k] for k in ("batch", "cells") if k in alpha}, "step_share": share,
         "step_saving": {k: 1.0 - share[k] for k in ends},
         "speedup": {k: 1.0 / (share[k] * cost) for k in ends},
     }
@@ -158,6 +177,11 @@ def _range(low: float, high: float, fmt: str = ".2f", suffix: str = "x") -> str:
     if f"{low:{fmt}}" == f"{high:{fmt}}":
         return f"{low:{fmt}}{suffix}"
     return f"{low:{fmt}}-{high:{fmt}}{suffix}"
+
+
+def _measured_at(cmp: dict) -> str:
+    b = (cmp.get("alpha_from") or {}).get("batch")
+    return "" if b is None else f"measured at B = {b}; "
 
 
 def verdict(pred: dict, cmp: dict, s: Settings) -> dict:
@@ -182,7 +206,8 @@ def verdict(pred: dict, cmp: dict, s: Settings) -> dict:
                f"of screened prompts qualify; {costs}")
     else:
         why = (f"SPEED must save {1 - be:.0%} of the steps to pay; {zero:.0%} of {name}'s groups carry no gradient "
-               f"at N {s.n}, and at the calibrated alpha {a['low']:.2f}-{a['high']:.2f} (docs/advise.md) that saves "
+               f"at N {s.n}, and at the calibrated alpha {a['low']:.2f}-{a['high']:.2f} ({_measured_at(cmp)}"
+               f"docs/advise.md) that saves "
                f"{_range(sv['low'], sv['high'], '.0%', '')}: {costs}")
     if lo >= 1.0:
         return {"pays": "likely", "line": f"SPEED likely pays: {head}; {why}"}

@@ -106,7 +106,27 @@ def test_alpha_is_fitted_through_the_origin_with_the_cells_spread():
     wide = rm.fit_alpha([_row("a", 2 ** 0.2, 2.0), _row("b", 2 ** 0.8, 2.0)])
     assert wide["point"] == pytest.approx(0.5) and wide["birge"] > 1.0
     assert wide["high"] - wide["low"] > fit["high"] - fit["low"]
-    assert rm.fit_alpha(rows[:1]) is None
+    one = rm.fit_alpha(rows[:1])  # one cell: its own alpha and interval
+    assert one["point"] == pytest.approx(0.5) and one["low"] == pytest.approx(0.5 - 1.96 * 0.05 / math.log(2))
+    assert rm.fit_alpha([]) is None
+
+
+def test_alpha_is_fitted_per_batch_and_each_cell_is_predicted_from_the_nearest_batch():
+    """Alpha rises as the batch falls (large-batch training): a cell at B = 4 is predicted from
+    the other B = 4 cells, and from the B = 16 ones only when it is the only one of its batch."""
+    rows = [_row("a", 2 ** 0.3, 2.0), _row("b", 3 ** 0.3, 3.0), _row("c", 2 ** 0.6, 2.0, batch=4, speedup=1.3),
+            _row("d", 3 ** 0.6, 3.0, batch=4, speedup=1.5)]
+    fits = rm.fit_by_batch(rows)
+    assert [(f["batch"], f["cells"]) for f in fits] == [(16, ["a", "b"]), (4, ["c", "d"])]
+    assert fits[0]["point"] == pytest.approx(0.3) and fits[1]["point"] == pytest.approx(0.6)
+    loo = {x["cell"]: x for x in rm.leave_one_out(rows)}
+    assert loo["c"]["alpha_others"]["batch"] == 4 and loo["c"]["alpha_others"]["point"] == pytest.approx(0.6)
+    assert loo["c"]["predicted"]["point"] == pytest.approx(1.3)  # kappa = 2^0.6 / 1.3
+    alone = {x["cell"]: x for x in rm.leave_one_out(rows[:3])}
+    assert alone["c"]["alpha_others"]["batch"] == 16 and alone["c"]["error"] < 0  # B = 16's alpha under-predicts
+    assert payoff.alpha_for(256, {16: {"point": 0.3}, 4: {"point": 0.6}})["batch"] == 16
+    assert payoff.alpha_for(8, {16: {"point": 0.3}, 4: {"point": 0.6}})["batch"] == 16  # between: the cautious one
+    assert payoff.alpha_for(5, {16: {"point": 0.3}, 4: {"point": 0.6}})["batch"] == 4
 
 
 def test_leave_one_out_predicts_each_cell_from_the_others():
@@ -122,13 +142,16 @@ def test_leave_one_out_predicts_each_cell_from_the_others():
 
 
 def test_published_alpha_is_the_fit_of_the_published_cells():
-    """advise's alpha (payoff.ALPHA) is what `openrlhf-speed regime-map` fits on the cells it publishes."""
+    """advise's alpha (payoff.ALPHA) is what `openrlhf-speed regime-map` fits, batch by batch,
+    on the cells it publishes."""
     path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "regime", "regime.json")
     published = json.load(open(path))
-    fit = rm.fit_alpha(published["rows"])
-    assert tuple(round(fit[k], 2) for k in ("point", "low", "high")) == tuple(
-        payoff.ALPHA[k] for k in ("point", "low", "high"))
-    assert tuple(payoff.ALPHA["cells"]) == tuple(fit["cells"])
+    fits = rm.fit_by_batch(published["rows"])
+    assert [f["batch"] for f in fits] == list(payoff.ALPHA)
+    for f in fits:
+        mine = payoff.ALPHA[f["batch"]]
+        assert tuple(round(f[k], 2) for k in ("point", "low", "high")) == tuple(mine[k] for k in ("point", "low", "high"))
+        assert tuple(mine["cells"]) == tuple(f["cells"])
 
 
 def test_cell_modes_train_on_their_mix_with_the_papers_ratios(tmp_path):
@@ -187,9 +210,8 @@ def test_a_readme_without_the_block_is_refused():
         rm.with_readme_table("# no table here\n", {"rows": []})
 
 
-def test_a_curriculum_beyond_speed_gets_its_row_in_the_map(tmp_path):
-    """speed_seq beside SPEED in a cell: the map gives its speedups, its discarded share, its
-    share of the ceiling and its projected speedup over SPEED's, and draws it."""
+def _successor_report():
+    """A cell's report with speed_seq beside off, DAPO and SPEED, one hand-computed run each."""
     runs = {"off-r1": _run([0.3, 0.35, 0.4, 0.45, 0.5], 10.0, useful=50.0),
             "dapo-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 30.0, gen=300.0, discarded=200.0, gen_s=3.0),
             "speed-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 12.0, gen=150.0, discarded=50.0),
@@ -204,8 +226,15 @@ def test_a_curriculum_beyond_speed_gets_its_row_in_the_map(tmp_path):
                            f"{name}_over_dapo": {"measured": {"point": dapo, "low": dapo - 0.1, "high": dapo + 0.1},
                                                   "projected_linear": {"point": dapo, "low": dapo - 0.1, "high": dapo + 0.1}}}}
 
-    report = {"regime": c, "headline": ratios("speed", 1.5, 1.2),
-              "headlines": {"speed": ratios("speed", 1.5, 1.2), "speed_seq": ratios("speed_seq", 1.8, 1.44)}}
+    return {"regime": c, "headline": ratios("speed", 1.5, 1.2),
+            "headlines": {"speed": ratios("speed", 1.5, 1.2), "speed_seq": ratios("speed_seq", 1.8, 1.44)}}
+
+
+def test_a_curriculum_beyond_speed_gets_its_row_in_the_map(tmp_path):
+    """speed_seq beside SPEED in a cell: the map gives its speedups, its discarded share, its
+    share of the ceiling and its projected speedup over SPEED's, and draws it."""
+    report = _successor_report()
+    c = report["regime"]
     r = rm.row("cell", "avx512-nobf16", report)
     seq = r["successors"]["speed_seq"]
     assert list(r["successors"]) == ["speed_seq"]  # off, DAPO and SPEED are the map's own columns
@@ -217,10 +246,10 @@ def test_a_curriculum_beyond_speed_gets_its_row_in_the_map(tmp_path):
     assert rm.plot({"rows": [r]}, str(tmp_path / "map.png")) and (tmp_path / "map.png").stat().st_size > 0
 
 
-def test_a_cell_published_run_by_run_stays_off_the_map_until_each_curriculum_has_3_runs(tmp_path):
+def test_a_cell_published_run_by_run_joins_the_map_when_off_dapo_and_speed_have_3_runs(tmp_path, monkeypatch):
     """Each sitting publishes its run (the evidence must outlive the machine); the map takes the
-    cell once it plans off, DAPO and SPEED and each planned curriculum has 3 finished runs (all
-    of them where it plans fewer)."""
+    cell once it plans off, DAPO and SPEED and each has 3 finished runs (all of them where it
+    plans fewer). A curriculum beyond them joins the cell's row only with its own 3 runs."""
     def plan(*keys):
         return {"plan": [{"key": k, "curriculum": k.split("-")[0], "run": int(k[-1]), "seed": 41 + int(k[-1])}
                          for k in keys]}
@@ -232,16 +261,28 @@ def test_a_cell_published_run_by_run_stays_off_the_map_until_each_curriculum_has
         "curriculum dapo", "curriculum speed", "2 off run(s)"]
     four = plan(*[f"{c}-r{i}" for c in ("off", "dapo", "speed", "speed_seq") for i in (1, 2, 3, 4)])
     three = [f"{c}-r{i}" for c in ("off", "dapo", "speed") for i in (1, 2, 3)]
-    assert rm.cell_missing(four, done(*three[:-1])) == ["1 speed run(s)", "3 speed_seq run(s)"]
-    assert rm.cell_missing(four, done(*three, "speed_seq-r1", "speed_seq-r2", "speed_seq-r3")) == []
+    assert rm.cell_missing(four, done(*three[:-1])) == ["1 speed run(s)"]
+    assert rm.runs_short(four, done(*three[:-1])) == {"speed": 1, "speed_seq": 3}
+    assert rm.cell_missing(four, done(*three)) == []
     assert rm.cell_missing(plan("off-r1", "dapo-r1", "speed-r1"), done("off-r1", "dapo-r1", "speed-r1")) == []
     cell = tmp_path / "cell"
     cell.mkdir()
     (cell / "bench.json").write_text(json.dumps(four))
     (cell / "results.json").write_text(json.dumps(done(*three[:-1])))
     assert rm.load_cell(str(cell)) is None
-    assert rm.pending([("c", "cell", "kind")], tmp_path) == [("c", ["1 speed run(s)", "3 speed_seq run(s)"])]
+    assert rm.pending([("c", "cell", "kind")], tmp_path) == [("c", ["1 speed run(s)"])]
     assert rm.build([("c", "cell", "kind")], tmp_path)["rows"] == []
+
+    # SPEED's third run lands, speed_seq has 2: the cell is mapped, speed_seq waits for its third
+    monkeypatch.setattr(rm, "cell_report", lambda meta, d: _successor_report())
+    (cell / "results.json").write_text(json.dumps(done(*three, "speed_seq-r1", "speed_seq-r2")))
+    m = rm.build([("c", "cell", "kind")], tmp_path)
+    assert [r["cell"] for r in m["rows"]] == ["c"] and m["pending"] == []
+    assert m["rows"][0]["successors"] == {} and m["later"] == [("c", {"speed_seq": 1})]
+    assert "beyond SPEED" not in rm.markdown(m)
+    (cell / "results.json").write_text(json.dumps(done(*three, "speed_seq-r1", "speed_seq-r2", "speed_seq-r3")))
+    m = rm.build([("c", "cell", "kind")], tmp_path)
+    assert list(m["rows"][0]["successors"]) == ["speed_seq"] and m["later"] == []
 
 
 def test_a_cell_is_read_from_every_cpu_kind_it_was_published_for(tmp_path):

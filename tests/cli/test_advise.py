@@ -119,3 +119,56 @@ def test_a_refusal_under_json_leaves_stdout_empty_and_gives_it_back(tmp_path, ca
     out, err = capfd.readouterr()
     assert out == "after\n"
     assert err.strip().startswith("openrlhf-speed advise: error: ") and "fewer than --prompts 5" in err
+
+
+REPO = os.path.join(os.path.dirname(__file__), "..", "..")
+V5_START = os.path.join(REPO, "benchmarks", "proving-v5", "advise", "start.json")
+V5_SETTINGS = ["--rollout.n_samples_per_prompt", "24", "--speed.n_init", "4", "--speed.max_inflight_prompts", "64"]
+
+
+def _json_run(capfd, argv) -> dict:
+    assert advise.main([*argv, "--json"]) == 0
+    return json.loads(capfd.readouterr().out)
+
+
+def test_a_saved_screening_is_judged_again_at_another_batch_with_the_current_alpha(capfd):
+    """No engine: v5's saved screening, judged at B = 4 with SPEED's generation batch 4 x B,
+    keeps its counts and gets the calibrated alpha and a verdict of its own."""
+    saved = json.load(open(V5_START))
+    out = _json_run(capfd, ["--from_screening", V5_START, "--rollout.batch_size", "4",
+                            *V5_SETTINGS[:-1], "16", "--samples", "16"])
+    assert out["screening"] == saved["screening"] and out["levels"] == saved["levels"]
+    assert (out["settings"]["batch"], out["settings"]["gen_batch"]) == (4, 16)
+    fit = payoff.alpha_for(4)
+    assert out["comparison"]["alpha"] == {k: fit[k] for k in ("low", "point", "high")}
+    first = saved.get("screened") or saved  # the published file is itself judged again
+    assert out["screened"] == {"from": V5_START, "command": first["command"], "machine": first["machine"]}
+    assert first["machine"].startswith("2 Intel Xeon AVX512 cores")
+    assert out["verdict"]["pays"] in ("likely", "even", "unlikely") and out["verdict"]["line"].startswith("SPEED ")
+    assert advise.main(["--from_screening", V5_START, *V5_SETTINGS]) == 0
+    assert "judged again with these settings (screened on 2 Intel Xeon AVX512" in capfd.readouterr().out
+
+
+def test_a_saved_screening_cannot_be_redrawn_or_resampled(tmp_path, capsys):
+    err = _refusal(capsys, ["--from_screening", V5_START, "--samples", "8"])
+    assert "--samples with --from_screening" in err and "(16)" in err and "screen again" in err
+    err = _refusal(capsys, ["--from_screening", V5_START, "--rollout.temperature", "0.6"])
+    assert "--rollout.temperature with --from_screening" in err and "(1.0)" in err
+    err = _refusal(capsys, ["--from_screening", V5_START, "--data", "other.jsonl"])
+    assert "--data with --from_screening" in err
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"model": "m", "screening": {}}))
+    err = _refusal(capsys, ["--from_screening", str(partial)])
+    assert "lacks data, prompts" in err and "advise --json" in err
+    err = _refusal(capsys, ["--from_screening", str(tmp_path / "missing.json")])
+    assert "cannot read it" in err
+
+
+def test_the_published_v5_verdict_is_the_current_calibrations():
+    """docs/advise.md and the README quote start.json's verdict: it must be what advise says
+    today of that screening (re-read it with --from_screening after each refit of alpha)."""
+    saved = json.load(open(V5_START))
+    s = payoff.Settings(**saved["settings"])
+    again = advice.analyse(saved["screening"], saved["levels"], s, saved["samples"], saved["prior"]["name"])
+    assert json.loads(json.dumps(again["comparison"])) == saved["comparison"]
+    assert saved["verdict"] == again["verdict"]

@@ -74,10 +74,14 @@ def test_break_even_and_range_against_stock_openrlhf():
     assert c["speedup"]["high"] == pytest.approx(7 / 4 * 57 / 97)
 
 
-def test_the_calibrated_alpha_is_the_default():
+def test_the_calibrated_alpha_of_the_nearest_measured_batch_is_the_default():
     c = payoff.compare(payoff.predict(POST, LENGTHS, SETTINGS), SETTINGS)
-    assert c["alpha"] == {k: payoff.ALPHA[k] for k in ("low", "point", "high")}
-    assert c["speedup"]["low"] == pytest.approx((7 / 4) ** payoff.ALPHA["low"] * 57 / 97)
+    fit = payoff.alpha_for(SETTINGS.batch)
+    assert c["alpha"] == {k: fit[k] for k in ("low", "point", "high")}
+    assert c["alpha_from"] == {"batch": fit["batch"], "cells": fit["cells"]}
+    assert c["speedup"]["low"] == pytest.approx((7 / 4) ** fit["low"] * 57 / 97)
+    line = payoff.verdict(payoff.predict(POST, LENGTHS, SETTINGS), c, SETTINGS)["line"]
+    assert f"at the calibrated alpha {fit['low']:.2f}-{fit['high']:.2f} (measured at B = {fit['batch']}; docs/advise.md)" in line
 
 
 def test_against_dapo_the_steps_are_the_same_and_the_tokens_decide():
