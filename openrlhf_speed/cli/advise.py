@@ -107,25 +107,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What a saved --json output keeps of its screening; everything else is judged again.
 SCREENED = ("model", "data", "prompts", "usable_prompts", "samples", "seed", "sampling", "levels", "screening")
-# Flags that choose or sample the screening: with --from_screening they are refused where they
-# differ from it (a saved screening cannot be redrawn or resampled).
-SCREENING_FLAGS = {"model": "--model", "data": "--data", "input_key": "--data.input_key",
-                   "label_key": "--data.label_key", "apply_chat_template": "--data.apply_chat_template",
-                   "input_template": "--data.input_template", "max_len": "--data.max_len", "group_key": "--group_key",
-                   "prompts": "--prompts", "samples": "--samples", "seed": "--seed", "vllm_dtype": "--vllm.dtype",
-                   "tensor_parallel_size": "--vllm.tensor_parallel_size", "temperature": "--rollout.temperature",
-                   "top_p": "--rollout.top_p", "max_new_tokens": "--rollout.max_new_tokens"}
+# Flags that choose or sample the screening (by dest): with --from_screening they are refused
+# where they differ from it (a saved screening cannot be redrawn or resampled).
+SCREENING_FLAGS = ("model", "data", "input_key", "label_key", "apply_chat_template", "input_template", "max_len",
+                   "group_key", "prompts", "samples", "seed", "vllm_dtype", "tensor_parallel_size", "temperature",
+                   "top_p", "max_new_tokens")
 
 
-def given_flags(argv) -> set:
-    """The dests of the flags written on the command line (not left at their defaults)."""
+def given_flags(argv) -> dict:
+    """{dest: the flag as the parser first names it} of the flags written on the command line
+    (not left at their defaults)."""
     p = build_parser()
+    names = {a.dest: a.option_strings[0] for a in p._actions if a.option_strings}
     for action in p._actions:
         action.default = argparse.SUPPRESS
-    return set(vars(p.parse_args(argv)))
+    return {dest: names[dest] for dest in vars(p.parse_args(argv))}
 
 
-def saved_screening(path: str, args, given: set) -> dict:
+def saved_screening(path: str, args, given: dict) -> dict:
     """The screening part of a saved `advise --json` output, or AdviseError."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -140,9 +139,9 @@ def saved_screening(path: str, args, given: set) -> dict:
         raise AdviseError(f"--from_screening {path} lacks {', '.join(lacking)}: give a file written by "
                           "`openrlhf-speed advise --json`")
     recorded = {**saved["sampling"], **{k: saved[k] for k in ("model", "data", "prompts", "samples", "seed")}}
-    for dest in sorted(given & set(SCREENING_FLAGS)):
+    for dest in sorted(set(given) & set(SCREENING_FLAGS)):
         if dest not in recorded or getattr(args, dest) != recorded[dest]:
-            raise AdviseError(f"{SCREENING_FLAGS[dest]} with --from_screening: the screening in {path} is fixed "
+            raise AdviseError(f"{given[dest]} with --from_screening: the screening in {path} is fixed "
                               f"({recorded.get(dest, 'not recorded')}); leave the flag out, or screen again without "
                               "--from_screening")
     out = {k: saved[k] for k in SCREENED}
