@@ -47,6 +47,14 @@ def test_a_climb_through_the_last_quarter_passes_and_a_plateau_does_not(tmp_path
     assert "| off-r1 | 42 | 0.3000 | 0.4000 |" in text and "| yes |" in text
 
 
+def test_one_seed_is_not_enough_to_call_it_still_learning(tmp_path):
+    one = calibrate(_write_runs(tmp_path / "one", [_climb(0.0)]))
+    learning = one["checks"]["still_learning"]
+    assert learning["value"] == pytest.approx(0.05) and learning["spread"] is None and not learning["pass"]
+    json.dumps(one, allow_nan=False)  # calibration.json stays strict JSON
+    assert "rise +0.0500; one seed has no spread (the check needs 2 or more) | NO |" in format_calibration(one)
+
+
 def test_the_calibration_reads_off_alone(tmp_path):
     runs = _write_runs(tmp_path / "b", [_climb(0.0), _climb(0.002)])
     _write_runs(tmp_path / "s", [_climb(0.1)], curriculum="speed")
