@@ -106,6 +106,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
     _feeder: Optional[threading.Thread] = None  # the feeding thread while it runs (start_feeding)
     _feed_stop: Optional[threading.Event] = None
     _feed_error: Optional[BaseException] = None
+    _fed_before = 0.0  # driver/responses_fed's count when the thread started
     _finished = False  # the curriculum's end was reported
 
     def __init__(self, strategy, prompts_dataloader, eval_dataloader, tokenizer, vllm_engines, config: SpeedConfig,
@@ -219,6 +220,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         if self._feeder is not None or not self._kwargs or self.step_limit_reached():
             return  # running already, no step yet, or the last step: nothing more would train
         self._feed_stop = threading.Event()
+        self._fed_before = self._counts["fed_responses"]
         self._feeder = threading.Thread(target=self._feed, args=(self._kwargs,), name="speed-feeder", daemon=True)
         self._feeder.start()
 
@@ -230,6 +232,9 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self._feed_stop.set()
         self._feeder.join()
         self._feeder = None
+        # What the thread collected, for a reader of the trace: how much overlapped training
+        # depends on timing (zero when nothing was in flight and B groups were already coming).
+        self._log("fed", responses=self._counts["fed_responses"] - self._fed_before, in_flight=len(self._pending))
         error, self._feed_error = self._feed_error, None
         if error is not None:
             raise error

