@@ -116,7 +116,7 @@ def calibrate(runs_dir: Path, tables: list[tuple[int, dict]] | None = None) -> d
         "horizon": {"value": horizon, "pass": horizon >= MIN_HORIZON, "rule": f"H >= {MIN_HORIZON} steps"},
         "still_learning": {"value": rise, "spread": spread, "pass": bool(spread is not None and rise > 2 * spread),
                            "rule": "mean rise over the last quarter > 2 x the seeds' spread of the final accuracy"},
-        "clock": {"value": slowest, "pass": slowest < CLOCK_BUDGET_S,
+        "clock": {"value": slowest, "budget_s": CLOCK_BUDGET_S, "pass": slowest < CLOCK_BUDGET_S,
                   "rule": f"every run's training clock < {CLOCK_BUDGET_S / 60:.0f} min (evaluations excluded)"},
     }
     out = {"runs": [{k: r[k] for k in ("key", "seed", "final", "at_three_quarters", "rise", "train_wall_s")}

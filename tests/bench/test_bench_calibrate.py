@@ -43,6 +43,7 @@ def test_a_climb_through_the_last_quarter_passes_and_a_plateau_does_not(tmp_path
     assert flat["checks"]["still_learning"]["value"] == pytest.approx(0.0) and not flat["checks"]["still_learning"]["pass"]
     slow = calibrate(_write_runs(tmp_path / "slow", [_climb(0.0), _climb(0.001)], wall_per_step=16.0))
     assert slow["checks"]["clock"]["value"] == 1600 and not slow["checks"]["clock"]["pass"]
+    assert slow["checks"]["clock"]["budget_s"] == 1500  # what the docs quote as the sitting budget
     text = format_calibration(rising)
     assert "| off-r1 | 42 | 0.3000 | 0.4000 |" in text and "| yes |" in text
 
