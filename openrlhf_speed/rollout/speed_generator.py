@@ -233,7 +233,7 @@ class SpeedSamplesGenerator(SamplesGenerator):
         self._feeder.join()
         self._feeder = None
         # What the thread collected, for a reader of the trace: how much overlapped training
-        # depends on timing (zero when nothing was in flight and B groups were already coming).
+        # depends on timing (zero when no request finished while the actor trained).
         self._log("fed", responses=self._counts["fed_responses"] - self._fed_before, in_flight=len(self._pending))
         error, self._feed_error = self._feed_error, None
         if error is not None:

@@ -82,8 +82,9 @@ def test_speed_rloo_stop_resume(tmp_path):
     records = {r["step"]: r for r in events(tmp_path / "run_b.jsonl") if "driver/responses_fed" in r and "step" in r}
     # The feeding thread runs once: from step 3's training to the drain before its weight sync
     # (the last step feeds nothing: nothing more would train). How much it collects depends on
-    # timing (none when the engine had returned everything before the batch formed and B groups
-    # were coming already), so its count is checked against the trace, not for being positive.
+    # timing (none when no request finishes while the actor trains: a loaded machine, or nothing
+    # in flight and B groups coming already), so its count is checked against the trace, not for
+    # being positive.
     # A step's driver/* figures cover the window since the previous batch: what was fed while
     # step 3 trained shows in step 4's record.
     kinds = [e["event"] for e in trace_b]
