@@ -24,7 +24,7 @@ def test_device_scripts_parse(script):
 
 
 def test_the_carry_is_vllm_0_26_ray_without_extras_and_no_tests():
-    roots = carry.roots()
+    roots = carry.roots(carry.PRESENT)
     assert "vllm==0.26.0" in roots and "ray==2.55.0" in roots
     names = {carry.canonical(r.split("[")[0].split("=")[0].split(">")[0]) for r in roots}
     assert not names & {"pytest", "hypothesis", "matplotlib", "transformers-stream-generator"}
@@ -40,8 +40,10 @@ def test_what_the_machine_has_is_not_carried():
 
 def test_cut_drops_the_kernels_and_their_record_lines(tmp_path):
     wheel = tmp_path / "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    # FA3's library stays: vLLM's GPU worker will not import without one of the two.
     files = {"vllm/__init__.py": b"x", "vllm/_moe_C.abi3.so": b"m" * 1000,
-             "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": b"f" * 500, "vllm/vllm_flash_attn/__init__.py": b"y"}
+             "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": b"f" * 500, "vllm/vllm_flash_attn/__init__.py": b"y",
+             "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": b"3"}
     record = "".join(f"{name},sha256=x,{len(data)}\n" for name, data in files.items()) + "vllm-0.26.0.dist-info/RECORD,,\n"
     with zipfile.ZipFile(wheel, "w") as z:
         for name, data in files.items():
@@ -50,8 +52,9 @@ def test_cut_drops_the_kernels_and_their_record_lines(tmp_path):
     assert carry.cut(wheel, carry.CUT["vllm"]) == 1500
     with zipfile.ZipFile(wheel) as z:
         assert sorted(z.namelist()) == ["vllm-0.26.0.dist-info/RECORD", "vllm/__init__.py",
-                                        "vllm/vllm_flash_attn/__init__.py"]
-        assert "_C.abi3.so" not in z.read("vllm-0.26.0.dist-info/RECORD").decode()
+                                        "vllm/vllm_flash_attn/__init__.py", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"]
+        record = z.read("vllm-0.26.0.dist-info/RECORD").decode()
+        assert "_moe_C" not in record and "_fa2_C" not in record and "_fa3_C" in record
 
 
 def test_parts_travel_and_join(tmp_path, monkeypatch, capsys):
@@ -100,3 +103,28 @@ def test_the_name_check_reports_a_missing_keyword():
 
     assert check.accepts(generate, ["prompt", "request_id"]) == ["request_id"]
     assert check.accepts(lambda **kw: kw, ["anything"]) == []
+
+
+def test_slim_leaves_the_files_and_unslim_restores_the_index(tmp_path, capsys):
+    """A device call carries the tracked tree beside one part: `slim` takes the evidence and the
+    full proving builds out of git's index without touching the files, `unslim` undoes it."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    for path in ["benchmarks/regime/results.json", carry.SLIM[1] + "/model.safetensors", "openrlhf_speed/a.py"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(b"x" * 100_000)
+    (tmp_path / ".git/info/exclude").write_text("# git's own comment\n*.log\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tree")
+    assert carry.main(["slim", "--repo", str(tmp_path)]) == 0
+    assert git("ls-files").split() == ["openrlhf_speed/a.py"]
+    assert (tmp_path / "benchmarks/regime/results.json").stat().st_size == 100_000
+    assert git("ls-files", "--others", "--exclude-standard") == ""  # ignored: it does not travel either
+    assert "unslim" in capsys.readouterr().out
+    assert carry.main(["slim", "--repo", str(tmp_path)]) == 0  # twice is once
+    assert (tmp_path / ".git/info/exclude").read_text().count(carry.SLIM_MARK) == 1
+    assert carry.main(["unslim", "--repo", str(tmp_path)]) == 0
+    assert git("status", "--porcelain") == ""
+    assert (tmp_path / ".git/info/exclude").read_text() == "# git's own comment\n*.log\n"
