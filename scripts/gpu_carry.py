@@ -56,6 +56,11 @@ PRESENT = ["torch==2.11.0", "transformers==5.17.0", "triton", "nvidia-*", "cuda-
 # Only with --ds.load_in_4bit / --logger.wandb; or vLLM's for models and inputs the check never
 # has (DeepSeek's MLA and mHC kernels: tokenspeed-triton, tilelang and its z3; video decoding),
 # which it imports only when such a model or input comes. About 210 MiB of wheels.
+# The machine's versions that the resolution must hold to: vLLM's wheel is built against torch's,
+# and transformers' decides which of vLLM's model code loads. Other packages it has are dropped
+# by name; vLLM's exact pins on some (numba 0.65.0, the machine's 0.68.0) would make the
+# resolution impossible, and the check runs with the machine's versions of them.
+PINNED = {"torch", "transformers"}
 NOT_IMPORTED = {"bitsandbytes", "wandb", "tokenspeed-triton", "tilelang", "z3-solver", "pynvvideocodec", "torchcodec"}
 # Files cut from wheels: kernels the driver check never loads (no MoE model), and Ray's
 # Java, web UI and libraries it never imports.
@@ -103,8 +108,10 @@ def present(freeze) -> list:
     if freeze == "none":
         return PRESENT
     # `pip list --format=freeze` lines, or bare names (device/KINDS.md lists names alone).
+    # PRESENT's patterns too: the image's CUDA 13 is its own, and the NVIDIA wheels vLLM asks
+    # beyond it (nvcc, NVVM, the CUTLASS DSL: 280 MiB) serve JIT builds the check never makes.
     lines = [line.strip() for line in Path(freeze).read_text().splitlines()]
-    return [line for line in lines if line and not line.startswith("#")]
+    return [line for line in lines if line and not line.startswith("#")] + [p for p in PRESENT if "*" in p]
 
 
 def is_present(name: str, have: list) -> bool:
@@ -113,7 +120,7 @@ def is_present(name: str, have: list) -> bool:
 
 def resolve(work: Path, have: list) -> list:
     """[name==version] to carry: the resolution of roots() for the machine, less what it has."""
-    pins = [p for p in have if "==" in p and "*" not in p]
+    pins = [p for p in have if "==" in p and canonical(p.split("==")[0]) in PINNED]
     constraints = work / "present.txt"
     constraints.write_text("".join(p + "\n" for p in pins))
     report = work / "report.json"

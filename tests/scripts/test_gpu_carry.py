@@ -128,3 +128,20 @@ def test_slim_leaves_the_files_and_unslim_restores_the_index(tmp_path, capsys):
     assert carry.main(["unslim", "--repo", str(tmp_path)]) == 0
     assert git("status", "--porcelain") == ""
     assert (tmp_path / ".git/info/exclude").read_text() == "# git's own comment\n*.log\n"
+
+
+def test_only_torch_and_transformers_pin_the_resolution(tmp_path, monkeypatch):
+    """vLLM 0.26.0 pins numba 0.65.0 and the lent machine has 0.68.0: pinning the machine's whole
+    freeze makes the resolution impossible, so only torch and transformers hold to it."""
+    seen = {}
+
+    def pip(*args):  # pip's resolution as its report gives it
+        seen["constraints"] = (tmp_path / "present.txt").read_text()
+        (tmp_path / "report.json").write_text(json.dumps({"install": [
+            {"metadata": {"name": "vllm", "version": "0.26.0"}}, {"metadata": {"name": "numba", "version": "0.65.0"}}]}))
+
+    monkeypatch.setattr(carry, "pip", pip)
+    have = carry.present(str(carry.LENT_PRESENT))
+    assert "numba==0.68.0" in have and "torch==2.11.0" in have and carry.is_present("nvidia-cuda-nvcc", have)
+    assert carry.resolve(tmp_path, have) == ["vllm==0.26.0"]  # numba: the machine's, not carried
+    assert seen["constraints"].split() == ["torch==2.11.0", "transformers==5.17.0"]
