@@ -15,9 +15,11 @@ included; so the packages travel as one xz archive split into parts, one ignored
 without extras, OpenRLHF's and this project's requirements (requirements/cpu.txt less tests
 and plotting) and Megatron-Core for Python 3.12 on Linux x86-64, wheels only; drops what the
 machine has (the `pip list --format=freeze` that `receive` saves from it, kept as
-scripts/gpu_lent_present.txt; `--present` another, `--present none` the short PRESENT list); cuts vLLM's FlashAttention and MoE kernels and Ray's jars, dashboard UI, RLlib,
-Data and Serve (CUT); adds DeepSpeed's and OpenRLHF's own files; and writes the parts with a
-MANIFEST.json (sha256, sizes, packages). Standard library only; Python 3.11+.
+scripts/gpu_lent_present.txt; `--present` another, `--present none` the short PRESENT list)
+and what the check never imports (NOT_IMPORTED); cuts vLLM's kernels it never loads (FA2, MoE,
+DeepGEMM, FlashMLA, Blackwell's) and Ray's jars, dashboard UI, RLlib, Data and Serve (CUT);
+adds DeepSpeed's and OpenRLHF's own files; and writes the parts with a MANIFEST.json (sha256,
+sizes, packages). Standard library only; Python 3.11+.
 """
 
 import argparse
@@ -48,24 +50,24 @@ ROOTS = ["vllm==0.26.0", "ray==2.55.0", "megatron-core==0.16.1", "hjson", "msgpa
 # transformers-stream-generator is an sdist that nothing on this path imports.
 LEFT_OUT = {"hypothesis", "pytest", "pytest-timeout", "matplotlib", "isort", "wheel", "ray", "megatron-core",
             "transformers-stream-generator"}
-# On the lent machines already (the versions there pin the resolution); `--present` replaces it.
+# On the lent machines already (`--present none`; by default scripts/gpu_lent_present.txt replaces it).
 PRESENT = ["torch==2.11.0", "transformers==5.17.0", "triton", "nvidia-*", "cuda-*", "numpy", "packaging", "pyyaml",
            "requests", "filelock", "fsspec", "tqdm", "regex", "jinja2", "markupsafe", "sympy", "mpmath", "networkx",
            "typing-extensions", "setuptools", "pip", "huggingface-hub", "tokenizers", "safetensors", "peft",
            "accelerate", "psutil", "pytest", "pluggy", "iniconfig"]
-# Only with --ds.load_in_4bit / --logger.wandb; or vLLM's for models and inputs the check never
-# has (DeepSeek's MLA and mHC kernels: tokenspeed-triton, tilelang and its z3; video decoding),
-# which it imports only when such a model or input comes. About 210 MiB of wheels.
 # The machine's versions that the resolution must hold to: vLLM's wheel is built against torch's,
 # and transformers' decides which of vLLM's model code loads. Other packages it has are dropped
 # by name; vLLM's exact pins on some (numba 0.65.0, the machine's 0.68.0) would make the
 # resolution impossible, and the check runs with the machine's versions of them.
 PINNED = {"torch", "transformers"}
+# Only with --ds.load_in_4bit / --logger.wandb; or vLLM's for models and inputs the check never
+# has (DeepSeek's MLA and mHC kernels: tokenspeed-triton, tilelang and its z3; video decoding),
+# which it imports only when such a model or input comes. About 210 MiB of wheels.
 NOT_IMPORTED = {"bitsandbytes", "wandb", "tokenspeed-triton", "tilelang", "z3-solver", "pynvvideocodec", "torchcodec"}
 # Files cut from wheels: kernels the driver check never loads (no MoE model), and Ray's
-# Java, web UI and libraries it never imports.
-# vLLM's GPU worker imports vllm_flash_attn, which refuses to load without one of its two
-# kernel libraries: FA3's (Hopper, the lent H200's) stays, FA2's (Ampere and others) goes.
+# Java, web UI and libraries it never imports. vLLM's GPU worker imports vllm_flash_attn,
+# which refuses to load without one of its two kernel libraries: FA3's (Hopper, the lent
+# H200's) stays, FA2's (Ampere and others) goes.
 # vLLM's Rust frontend (vllm-rs) serves only `vllm serve` with VLLM_RUST_FRONTEND_PATH set;
 # DeepGEMM, FlashMLA and the SM100 attention are kernels for FP8, MLA and Blackwell.
 CUT = {"vllm": ["vllm/vllm_flash_attn/_vllm_fa2_C*", "vllm/_moe_C*",
