@@ -184,8 +184,10 @@ def markdown(tab: Optional[dict], ours: str = "speed") -> list:
              "95% interval; "
              "'>=' a floor (baseline runs that never reached the level count their whole clock); 'not reached': a "
              f"run of {ours} did not reach the level within the horizon", "",
-             "| f | target | " + " | ".join(k.replace("_over_", " over ") for k in keys) + " | "
-             + " | ".join(f"{c} reached" for c in curricula) + " |",
+             # One join over all columns: before any run of ours, `keys` is empty and a join per
+             # part would leave an empty header cell that the separator row does not count.
+             "| " + " | ".join(["f", "target"] + [k.replace("_over_", " over ") for k in keys]
+                               + [f"{c} reached" for c in curricula]) + " |",
              "|---|---|" + "---|" * (len(keys) + len(curricula))]
     for r in tab["levels"]:
         cells = [" / ".join(_cell(r["ratios"][k][kind]) for kind in tab["kinds"]) for k in keys]

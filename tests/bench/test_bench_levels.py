@@ -63,6 +63,17 @@ def test_a_level_ours_never_reaches_gives_no_ratio():
     assert "not reached" in "\n".join(lv.markdown(tab))
 
 
+def test_table_before_any_run_of_ours_has_as_many_header_cells_as_columns():
+    # A cell's report while only off and a baseline have run (DAPO's first seed, say).
+    runs, groups = _bench()
+    runs = {k: r for k, r in runs.items() if k.startswith("off")}
+    runs["dapo-r1"], groups["dapo-r1"] = _run([(0, 0.30), (10, 0.42), (50, 0.53)]), "dapo"
+    tab = lv.table(runs, {k: groups[k] for k in runs}, {}, ["speed"], baselines=("off",), levels=(1.0,))
+    header, sep, row = [line for line in lv.markdown(tab) if line.startswith("|")]
+    assert header == "| f | target | off reached | dapo reached |"
+    assert header.count("|") == sep.count("|") == row.count("|") == 5
+
+
 def test_headline_and_off_final_rule_in_the_report():
     runs, groups = _bench()
     settings = {"batch": 1, "n": 1}
