@@ -325,6 +325,20 @@ def qualification_rate(steps: list) -> float:
     return sum(num(s, "speed/prompts_qualified") for s in counted) / screened if screened else float("nan")
 
 
+def _per_step_counts(steps: list) -> dict:
+    """Prompts qualified a step, and prompts whose responses waited past the staleness bound
+    and were discarded: a curriculum whose generation batch outruns its training batch (DAPO
+    at a high qualification rate) pays those tokens without any rejection. NaN where the run
+    does not log the count (`off`; uniform's qualification; no staleness bound)."""
+    n = len(steps)
+    out = {}
+    for name, key in (("prompts_qualified_per_step", "speed/prompts_qualified"),
+                      ("prompts_stale_per_step", "speed/prompts_rescreened_stale")):
+        logged = [s for s in steps if s.get(key) is not None and not is_nan(s[key])]
+        out[name] = sum(num(s, key) for s in logged) / n if logged else float("nan")
+    return out
+
+
 def mechanism(steps: list) -> dict:
     """A run's mechanism columns from its step records: tokens per step by phase, qualification
     rate, share of trained tokens in groups with zero reward variance (uniform's wasted groups), mean gradient norm,
@@ -350,6 +364,7 @@ def mechanism(steps: list) -> dict:
         acc = acc or [s[key] for s in steps if s.get(key) is not None and not is_nan(s[key])]
     nan = float("nan")
     return {**{f"tokens_per_step_{p}": v for p, v in per_step.items()},
+            **_per_step_counts(steps),
             "qualification_rate": qualification_rate(steps),
             "zero_variance_share": 1.0 - useful / trained if trained else nan,
             "grad_norm_mean": sum(grads) / len(grads) if grads else nan,

@@ -71,6 +71,21 @@ def test_mechanism_columns_from_step_records():
     assert aggregate.is_nan(off["zero_variance_share"])
 
 
+def test_stale_drops_per_step_count_qualified_groups_the_buffer_let_age():
+    # DAPO-like: step 1 generates and qualifies 20 prompts for a batch of 16; step 2 trains 16
+    # from the buffer; step 3 generates again and drops 4 groups that aged past the bound.
+    steps = [{"speed/prompts_screened": 24, "speed/prompts_qualified": 20, "speed/prompts_rescreened_stale": 0},
+             {"speed/prompts_screened": 0, "speed/prompts_qualified": 0, "speed/prompts_rescreened_stale": 0},
+             {"speed/prompts_screened": 24, "speed/prompts_qualified": 22, "speed/prompts_rescreened_stale": 4}]
+    m = aggregate.mechanism(steps)
+    assert m["prompts_qualified_per_step"] == pytest.approx(14.0) and m["prompts_stale_per_step"] == pytest.approx(4 / 3)
+    # uniform logs NaN qualification; `off` logs neither count: NaN, not zero.
+    uniform = aggregate.mechanism([{"speed/prompts_screened": 16, "speed/prompts_qualified": float("nan")}])
+    assert aggregate.is_nan(uniform["prompts_qualified_per_step"])
+    off = aggregate.mechanism([{"rollout/reward_mean": 0.25}])
+    assert aggregate.is_nan(off["prompts_qualified_per_step"]) and aggregate.is_nan(off["prompts_stale_per_step"])
+
+
 def _run(times, accs, gen, trained, train_s=1.0, driver=True):
     evals = _evals(*[(2 * i, t, a) for i, (t, a) in enumerate(zip(times, accs))])
     step = {"speed/tokens_generated": gen, "speed/tokens_trained": trained, "timing/ppo_train": train_s,
