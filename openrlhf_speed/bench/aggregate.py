@@ -330,12 +330,11 @@ def _per_step_counts(steps: list) -> dict:
     and were discarded: a curriculum whose generation batch outruns its training batch (DAPO
     at a high qualification rate) pays those tokens without any rejection. NaN where the run
     does not log the count (`off`; uniform's qualification; no staleness bound)."""
-    n = len(steps)
     out = {}
     for name, key in (("prompts_qualified_per_step", "speed/prompts_qualified"),
                       ("prompts_stale_per_step", "speed/prompts_rescreened_stale")):
-        logged = [s for s in steps if s.get(key) is not None and not is_nan(s[key])]
-        out[name] = sum(num(s, key) for s in logged) / n if logged else float("nan")
+        logged = any(s.get(key) is not None and not is_nan(s[key]) for s in steps)
+        out[name] = sum_key(steps, key) / len(steps) if logged else float("nan")
     return out
 
 
