@@ -57,7 +57,8 @@ proving: setup
 # goes on with a stopped one. bench-proving-v4 is the published v4 table (30 steps): on a new machine,
 # mkdir -p runs && cp -r benchmarks/proving-v4/avx2 runs/bench_proving first, then BENCH_ARGS=--resume.
 BENCH_ARGS ?=
-# avx2, avx512 (with native bf16, the published v4/v5 kind) or avx512-nobf16 (AVX512 without it).
+# avx2, avx512 (with AVX512_BF16, the published v4/v5 kind), avx512-amx (bf16 on AMX tiles: its own
+# figures) or avx512-nobf16 (AVX512 without native bf16).
 BENCH_KIND ?= $(shell $(PY) -c "from openrlhf_speed.compat.precision import machine_kind; print(machine_kind())" 2>/dev/null)
 # What bf16 costs against float32 on this CPU (docs/cpu.md's table), a minute or so.
 bench-precision: setup

@@ -28,6 +28,12 @@ def check_resumable(meta_path: str, meta: dict) -> dict:
     if "settings" in changed and used != would:
         changed[changed.index("settings")] = (f"settings (its runs used --speed.schedule {used}, these would use "
                                               f"{would}: add `-- --speed.schedule {used}`)")
+    if "versions" in changed:
+        # Most often another CPU: say which field, or a user cannot tell a package from a machine.
+        was, now_v = then.get("versions") or {}, now.get("versions") or {}
+        fields = [f"{k}: {was.get(k)!r} then, {now_v.get(k)!r} now" for k in sorted(set(was) | set(now_v))
+                  if was.get(k) != now_v.get(k)]
+        changed[changed.index("versions")] = f"versions ({'; '.join(fields)})"
     old_plan, new_plan = plan_of(old), json.loads(json.dumps(meta["plan"]))
     dropped = [c for c in old.get("curricula", []) if c not in meta["curricula"]]
     if not dropped and any(r not in new_plan for r in old_plan):

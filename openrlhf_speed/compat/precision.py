@@ -66,12 +66,18 @@ def _isa() -> str:
         return "unknown ISA"
 
 
-def machine_kind() -> str:
+def machine_kind(cpuinfo_path: str = "/proc/cpuinfo") -> str:
     """The CPU kind a benchmark's figures belong to, as published folders are named: torch's
     capability (avx2, avx512), with `-nobf16` for AVX512 without native bf16, where `auto`
-    computes in float32 and the figures differ from the native kind's."""
+    computes in float32 and the figures differ from the native kind's, and `-amx` where the
+    bf16 is AMX's: torch reports AVX512 there too, but oneDNN runs bf16 matrix multiplies on
+    the AMX tiles, so its figures are not those of a CPU with AVX512_BF16 alone (the published
+    `avx512` benchmarks), and --resume refuses to mix the two."""
     kind = _isa().lower()
-    return kind + ("-nobf16" if kind == "avx512" and not cpu_precision().native_bf16 else "")
+    precision = cpu_precision(cpuinfo_path)
+    if kind == "avx512" and not precision.native_bf16:
+        return kind + "-nobf16"
+    return kind + ("-amx" if precision.native_bf16 and "amx_bf16" in _cpu_flags(cpuinfo_path) else "")
 
 
 def cpu_precision(cpuinfo_path: str = "/proc/cpuinfo", env=None) -> CpuPrecision:

@@ -6,6 +6,7 @@ that writes a run log; everything around it (plan, folders, bench.json, report) 
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -53,6 +54,22 @@ def test_resume_with_other_settings_is_refused(tmp_path, monkeypatch):
     # The flags after '--' go to every run: the runs would not compare either.
     with pytest.raises(SystemExit, match=r"--resume: settings differ"):
         bench_run.main(_argv(tmp_path, "--resume", "--", "--speed.max_staleness", "1"))
+
+
+def test_resume_on_another_cpu_names_the_field_that_differs(tmp_path, monkeypatch):
+    """The runs of an AVX512_BF16 host and an AMX host do not compare; the refusal says which
+    of the versions moved, so a user sees it is the machine, not a package."""
+    monkeypatch.setattr(bench_run, "_run_logged", _fake_train([]))
+    assert bench_run.main(_argv(tmp_path)) == 0
+    meta_path = tmp_path / "out" / "bench.json"
+    meta = json.loads(meta_path.read_text())
+    now = bench_run._versions()["cpu_dtype"]
+    then = "native bf16 on this CPU (" + ("avx512_bf16)" if "amx" in now else "amx_bf16, avx512_bf16)")
+    meta["versions"]["cpu_dtype"] = then
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(SystemExit, match=rf"--resume: versions \(cpu_dtype: '{re.escape(then)}' "
+                                         rf"then, '{re.escape(now)}' now\) differ from"):
+        bench_run.main(_argv(tmp_path, "--resume"))
 
 
 def test_resume_adds_curricula_and_keeps_the_target_and_measurements(tmp_path, monkeypatch, capsys):
