@@ -221,13 +221,15 @@ def build(cells=CELLS, root: Path = ROOT) -> dict:
     not ready, and the curricula left out of a mapped cell's row until their runs are in (each
     cell folder read once)."""
     rows, waiting, later = [], [], []
-    for name, folder, kind in expand(cells, root):
+    found = expand(cells, root)
+    for name, folder, kind in found:
         cell = read_cell(root / folder)
         if cell is None:
             continue
         missing = cell_missing(*cell)
         if missing:
-            waiting.append((name, missing))
+            # A cell run on two kinds is two benchmarks: say which one lacks the runs.
+            waiting.append((name if sum(n == name for n, _, _ in found) == 1 else f"{name} ({kind})", missing))
             continue
         r = row(name, kind, cell_report(*cell))
         if not r:

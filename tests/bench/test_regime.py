@@ -296,6 +296,19 @@ def test_a_cell_is_read_from_every_cpu_kind_it_was_published_for(tmp_path):
                                           ("high-b4", "regime/high-b4/avx512-nobf16", "avx512-nobf16")]
 
 
+def test_a_cell_short_of_runs_on_a_second_kind_is_named_with_its_kind(tmp_path):
+    """high-b4 published whole on AVX2 and begun on an AMX host: what the second lacks must
+    not read as the first's."""
+    for kind in ("avx2", "avx512-amx"):
+        folder = tmp_path / "regime" / "high-b4" / kind
+        folder.mkdir(parents=True)
+        (folder / "bench.json").write_text(json.dumps({"curricula": ["off", "dapo", "speed"], "plan": [
+            {"key": f"{c}-r1", "curriculum": c, "run": 1, "runs": 1, "seed": 42} for c in ("off", "dapo", "speed")]}))
+        (folder / "results.json").write_text(json.dumps({"runs_summary": {"off-r1": {}}}))
+    assert rm.pending([("high-b4", "regime/high-b4", None)], tmp_path) == [
+        ("high-b4 (avx2)", ["1 dapo run(s)", "1 speed run(s)"]), ("high-b4 (avx512-amx)", ["1 dapo run(s)", "1 speed run(s)"])]
+
+
 def test_a_cell_with_one_run_of_a_curriculum_reports_its_point_without_an_interval():
     """The sitting after SPEED's first run: its speedups are a point with a verdict and no
     interval yet, and the cell's report prints them (a KeyError there once failed a sitting
