@@ -9,38 +9,16 @@ republishes every benchmark in the same commit:
 
 import glob
 import json
-import math
 import os
 import shutil
 
 import pytest
+from _util import REPO, json_differences
 
 from openrlhf_speed.bench import run as bench_run
 
-REPO = os.path.join(os.path.dirname(__file__), "..", "..")
 PUBLISHED = sorted(os.path.relpath(os.path.dirname(p), REPO)
                    for p in glob.glob(os.path.join(REPO, "benchmarks", "**", "bench.json"), recursive=True))
-
-
-def _differences(now, then, path="", out=None):
-    """Paths where two reports differ; floats to 1e-9 relative (sums take another order on
-    another SIMD width), NaN equal to NaN."""
-    out = [] if out is None else out
-    if isinstance(now, dict) and isinstance(then, dict):
-        for key in sorted(set(now) | set(then), key=str):
-            if key not in now or key not in then:
-                out.append(f"{path}/{key}: {'only published' if key in then else 'only rebuilt'}")
-            else:
-                _differences(now[key], then[key], f"{path}/{key}", out)
-    elif isinstance(now, list) and isinstance(then, list) and len(now) == len(then):
-        for i, (a, b) in enumerate(zip(now, then)):
-            _differences(a, b, f"{path}[{i}]", out)
-    elif isinstance(now, float) and isinstance(then, (int, float)) and not isinstance(then, bool):
-        if not (math.isnan(now) and math.isnan(then)) and not math.isclose(now, then, rel_tol=1e-9, abs_tol=1e-12):
-            out.append(f"{path}: rebuilt {now!r}, published {then!r}")
-    elif now != then:
-        out.append(f"{path}: rebuilt {str(now)[:80]}, published {str(then)[:80]}")
-    return out
 
 
 def test_every_published_benchmark_is_found():
@@ -56,6 +34,7 @@ def test_a_published_report_is_what_its_evidence_rebuilds(folder, tmp_path):
     assert bench_run.main(argv) == 0
     rebuilt = json.load(open(copy / "results.json"))
     published = json.load(open(os.path.join(REPO, folder, "results.json")))
-    differ = _differences(rebuilt, published)
+    differ = json_differences(rebuilt, published)
     assert not differ, (f"{folder}/results.json is not what today's report makes of its evidence; republish it "
-                        f"(this file's docstring) and rewrite the docs' figures: " + "; ".join(differ[:8]))
+                        f"(this file's docstring) and rewrite the docs' figures (first: rebuilt, second: published): "
+                        + "; ".join(differ[:8]))

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from _util import json_differences
 
 from openrlhf_speed.cli import advise
 from openrlhf_speed.cli.advise_report import render_report
@@ -172,15 +173,5 @@ def test_the_published_v5_verdict_is_the_current_calibrations():
     again = advice.analyse(saved["screening"], saved["levels"], s, saved["samples"], saved["prior"]["name"])
     # To the last few bits, not bit for bit: numpy's sums take another order on another SIMD width
     # (an AMX host moved step_cost from ...977 to ...974), which no figure that is read can show.
-    now, then = _leaves(json.loads(json.dumps(again["comparison"]))), _leaves(saved["comparison"])
-    numbers = {k for k, v in then.items() if isinstance(v, float)}
-    assert {k: now[k] for k in numbers} == pytest.approx({k: then[k] for k in numbers}, rel=1e-12)
-    assert {k: v for k, v in now.items() if k not in numbers} == {k: v for k, v in then.items() if k not in numbers}
+    assert json_differences(json.loads(json.dumps(again["comparison"])), saved["comparison"], rel=1e-12, abs_tol=0.0) == []
     assert saved["verdict"] == again["verdict"]
-
-
-def _leaves(tree, path=""):
-    """A nested dict's values by their path, for one pytest.approx over all of them."""
-    if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in _leaves(sub, f"{path}/{key}").items()}
-    return {path: tree}
