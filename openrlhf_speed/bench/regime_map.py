@@ -33,6 +33,7 @@ CELLS = (
     ("v4", "benchmarks/proving-v4/avx512", "avx512"),
     ("v4-avx2", "benchmarks/proving-v4/avx2", "avx2"),
     ("v5", "benchmarks/proving-v5/avx512", "avx512"),
+    ("high-b4", "benchmarks/regime/high-b4/avx2", "avx2"),
     ("high-b4", "benchmarks/regime/high-b4", None),
     ("high", "benchmarks/regime/high", None),
     ("low", "benchmarks/regime/low", None),
@@ -41,14 +42,22 @@ CELLS = (
 
 def expand(cells=CELLS, root: Path = ROOT) -> list:
     """The cells with their CPU kinds: a kind of None is every kind folder published under it
-    (a cell's runs all come from one kind, `--resume` refuses another, and the sessions that run
-    a cell do not choose their machine)."""
+    that no other entry names (a cell's runs all come from one kind, `--resume` refuses another,
+    and the sessions that run a cell do not choose their machine). A copy on a second kind is
+    a cell of its own on the map, named `<cell>-<kind>` as v4-avx2 is, so that a figure quoted
+    from one copy cannot silently become the other's; the first copy keeps its name by an
+    entry of its own."""
+    named = {folder for _, folder, kind in cells if kind is not None}
     out = []
     for name, folder, kind in cells:
         if kind is not None:
             out.append((name, folder, kind))
-        elif (root / folder).is_dir():
-            out += [(name, f"{folder}/{k.name}", k.name) for k in sorted((root / folder).iterdir()) if k.is_dir()]
+            continue
+        if not (root / folder).is_dir():
+            continue
+        kinds = [k.name for k in sorted((root / folder).iterdir()) if k.is_dir() and f"{folder}/{k.name}" not in named]
+        bare = len(kinds) == 1 and not any(n == name and k is not None for n, _, k in cells)
+        out += [(name if bare else f"{name}-{k}", f"{folder}/{k}", k) for k in kinds]
     return out
 
 
@@ -190,15 +199,24 @@ def step_cost(r: dict) -> Optional[float]:
     return sr["point"] / sp["point"]
 
 
+def experiment(r: dict) -> str:
+    """What a row measures, whatever host ran it: its cell folder without the CPU kind (v4 and
+    v4-avx2 are one experiment on two hosts, as are high-b4 and high-b4-avx512-amx)."""
+    return str(Path(r["folder"]).parent) if r.get("folder") else r["cell"]
+
+
 def leave_one_out(rows: list) -> list:
     """For each cell: alpha fitted on the others as `advise` would take it (the fit of the
     measured batch nearest the cell's, payoff.alpha_for), the speedup it predicts there
-    (rho^alpha / kappa, the cell's own rho and step cost), against the projected speedup measured."""
+    (rho^alpha / kappa, the cell's own rho and step cost), against the projected speedup measured.
+    "The others" leave out the cell's copies on other hosts too: a copy predicts its twin's
+    seeds and mix, which says how well a host reproduces a cell, not how well alpha carries
+    to a cell it was not fitted on."""
     from openrlhf_speed.curriculum.payoff import alpha_for
 
     out = []
     for r in rows:
-        fits = {f["batch"]: f for f in fit_by_batch([o for o in rows if o is not r])}
+        fits = {f["batch"]: f for f in fit_by_batch([o for o in rows if experiment(o) != experiment(r)])}
         kappa, sp = step_cost(r), ((r.get("speed_over_off") or {}).get("projected") or {})
         rho = (r.get("rho") or {}).get("point")
         if not fits or kappa is None or not rho or "point" not in sp:
@@ -228,8 +246,7 @@ def build(cells=CELLS, root: Path = ROOT) -> dict:
             continue
         missing = cell_missing(*cell)
         if missing:
-            # A cell run on two kinds is two benchmarks: say which one lacks the runs.
-            waiting.append((name if sum(n == name for n, _, _ in found) == 1 else f"{name} ({kind})", missing))
+            waiting.append((name, missing))
             continue
         r = row(name, kind, cell_report(*cell))
         if not r:

@@ -53,7 +53,7 @@ CURRICULA = ("uniform", "dapo", "speed")
 # disagree beyond their intervals (docs/benchmarks.md, "The regime map").
 ALPHA = {
     16: {"point": 0.30, "low": 0.20, "high": 0.40, "cells": ("v4", "v4-avx2", "v5")},
-    4: {"point": 0.47, "low": 0.40, "high": 0.54, "cells": ("high-b4",)},
+    4: {"point": 0.46, "low": 0.40, "high": 0.52, "cells": ("high-b4", "high-b4-avx512-amx")},
 }
 
 

@@ -141,6 +141,25 @@ def test_leave_one_out_predicts_each_cell_from_the_others():
     assert a["predicted"]["point"] == pytest.approx(2 ** 0.5 / kappa) and a["error"] == pytest.approx(0.0)
 
 
+def test_a_cell_is_left_out_with_its_copies_on_other_hosts():
+    """Leave one cell out means every host's copy of it: with its twin in the fit, high-b4 on a
+    second host would be predicted from its own mix and seeds, an in-sample check."""
+    rows = [{**_row("a", 2 ** 0.3, 2.0), "folder": "proving/avx512"},
+            {**_row("a-avx2", 2 ** 0.3, 2.0), "folder": "proving/avx2"},
+            {**_row("b", 2 ** 0.6, 2.0, batch=4, speedup=1.3), "folder": "high-b4/avx2"},
+            {**_row("b-amx", 2 ** 0.6, 2.0, batch=4, speedup=1.3), "folder": "high-b4/avx512-amx"},
+            {**_row("c", 3 ** 0.2, 3.0), "folder": "v5/avx512"}]
+    loo = {x["cell"]: x for x in rm.leave_one_out(rows)}
+    # b's twin is out too: B = 16's alpha predicts it, not b-amx's 0.6
+    assert loo["b"]["alpha_others"]["batch"] == 16 and loo["b-amx"]["alpha_others"]["batch"] == 16
+    assert loo["b"]["alpha_others"]["cells"] == ["a", "a-avx2", "c"]
+    assert loo["a"]["alpha_others"]["cells"] == ["c"] and loo["a"]["alpha_others"]["point"] == pytest.approx(0.2)
+    assert loo["c"]["alpha_others"]["cells"] == ["a", "a-avx2"]
+    # rows without a folder (a cell given by hand) are each their own experiment
+    assert [x["alpha_others"]["cells"] for x in rm.leave_one_out([_row("x", 2 ** 0.5, 2.0), _row("y", 3 ** 0.5, 3.0)])] == [
+        ["y"], ["x"]]
+
+
 def test_published_alpha_is_the_fit_of_the_published_cells():
     """advise's alpha (payoff.ALPHA) is what `openrlhf-speed regime-map` fits, batch by batch,
     on the cells it publishes."""
@@ -290,10 +309,19 @@ def test_a_cell_is_read_from_every_cpu_kind_it_was_published_for(tmp_path):
     own folder, and the map reads every one."""
     for kind in ("avx512-nobf16", "avx2"):
         (tmp_path / "regime" / "high-b4" / kind).mkdir(parents=True)
-    cells = [("v5", "proving-v5/avx512", "avx512"), ("high-b4", "regime/high-b4", None), ("low", "regime/low", None)]
+    (tmp_path / "regime" / "low" / "avx2").mkdir(parents=True)
+    cells = [("v5", "proving-v5/avx512", "avx512"), ("high-b4", "regime/high-b4", None), ("low", "regime/low", None),
+             ("high", "regime/high", None)]
+    # a copy on a second kind is named for its kind, so that no figure quoted as high-b4's can
+    # come from the other copy; a cell on one kind keeps its name, one not published is absent
     assert rm.expand(cells, tmp_path) == [("v5", "proving-v5/avx512", "avx512"),
-                                          ("high-b4", "regime/high-b4/avx2", "avx2"),
-                                          ("high-b4", "regime/high-b4/avx512-nobf16", "avx512-nobf16")]
+                                          ("high-b4-avx2", "regime/high-b4/avx2", "avx2"),
+                                          ("high-b4-avx512-nobf16", "regime/high-b4/avx512-nobf16", "avx512-nobf16"),
+                                          ("low", "regime/low/avx2", "avx2")]
+    # the first copy keeps the bare name by an entry of its own
+    assert rm.expand([("high-b4", "regime/high-b4/avx2", "avx2"), *cells[1:2]], tmp_path) == [
+        ("high-b4", "regime/high-b4/avx2", "avx2"),
+        ("high-b4-avx512-nobf16", "regime/high-b4/avx512-nobf16", "avx512-nobf16")]
 
 
 def test_a_cell_short_of_runs_on_a_second_kind_is_named_with_its_kind(tmp_path):
@@ -306,7 +334,7 @@ def test_a_cell_short_of_runs_on_a_second_kind_is_named_with_its_kind(tmp_path):
             {"key": f"{c}-r1", "curriculum": c, "run": 1, "runs": 1, "seed": 42} for c in ("off", "dapo", "speed")]}))
         (folder / "results.json").write_text(json.dumps({"runs_summary": {"off-r1": {}}}))
     assert rm.pending([("high-b4", "regime/high-b4", None)], tmp_path) == [
-        ("high-b4 (avx2)", ["1 dapo run(s)", "1 speed run(s)"]), ("high-b4 (avx512-amx)", ["1 dapo run(s)", "1 speed run(s)"])]
+        ("high-b4-avx2", ["1 dapo run(s)", "1 speed run(s)"]), ("high-b4-avx512-amx", ["1 dapo run(s)", "1 speed run(s)"])]
 
 
 def test_a_cell_with_one_run_of_a_curriculum_reports_its_point_without_an_interval():

@@ -165,10 +165,13 @@ def test_a_saved_screening_cannot_be_redrawn_or_resampled(tmp_path, capsys):
     assert "cannot read it" in err
 
 
-def test_the_published_v5_verdict_is_the_current_calibrations():
-    """docs/advise.md and the README quote start.json's verdict: it must be what advise says
-    today of that screening (re-read it with --from_screening after each refit of alpha)."""
-    saved = json.load(open(V5_START))
+@pytest.mark.parametrize("path", [V5_START, os.path.join(REPO, "benchmarks", "regime", "advise", "high-b4.json")],
+                         ids=["v5-start", "high-b4"])
+def test_the_published_verdicts_are_the_current_calibrations(path):
+    """docs/advise.md and the README quote these verdicts (v5's start model at B = 16, the high
+    mix at B = 4): each must be what advise says today of its screening (re-read it with
+    --from_screening after each refit of alpha)."""
+    saved = json.load(open(path))
     s = payoff.Settings(**saved["settings"])
     again = advice.analyse(saved["screening"], saved["levels"], s, saved["samples"], saved["prior"]["name"])
     # To the last few bits, not bit for bit: numpy's sums take another order on another SIMD width
