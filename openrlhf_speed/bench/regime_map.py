@@ -28,14 +28,18 @@ from typing import Optional
 from openrlhf_speed.bench import regime
 
 ROOT = Path(__file__).resolve().parents[2]
-# (name, results folder, CPU kind): the cells of the map, each a published benchmark.
+# (name, results folder, CPU kind): the cells of the map, each a published benchmark. A regime
+# cell's first copy has an entry of its own, so a copy published later on another kind (the
+# entry with kind None finds it) is `<cell>-<kind>` and never takes over the first one's name.
 CELLS = (
     ("v4", "benchmarks/proving-v4/avx512", "avx512"),
     ("v4-avx2", "benchmarks/proving-v4/avx2", "avx2"),
     ("v5", "benchmarks/proving-v5/avx512", "avx512"),
     ("high-b4", "benchmarks/regime/high-b4/avx2", "avx2"),
     ("high-b4", "benchmarks/regime/high-b4", None),
+    ("high", "benchmarks/regime/high/avx2", "avx2"),
     ("high", "benchmarks/regime/high", None),
+    ("low", "benchmarks/regime/low/avx2", "avx2"),
     ("low", "benchmarks/regime/low", None),
 )
 
