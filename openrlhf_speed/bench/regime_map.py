@@ -243,8 +243,7 @@ def build(cells=CELLS, root: Path = ROOT) -> dict:
     not ready, and the curricula left out of a mapped cell's row until their runs are in (each
     cell folder read once)."""
     rows, waiting, later = [], [], []
-    found = expand(cells, root)
-    for name, folder, kind in found:
+    for name, folder, kind in expand(cells, root):
         cell = read_cell(root / folder)
         if cell is None:
             continue

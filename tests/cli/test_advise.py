@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from _util import json_differences
+from _util import REPO, json_differences
 
 from openrlhf_speed.cli import advise
 from openrlhf_speed.cli.advise_report import render_report
@@ -122,7 +122,6 @@ def test_a_refusal_under_json_leaves_stdout_empty_and_gives_it_back(tmp_path, ca
     assert err.strip().startswith("openrlhf-speed advise: error: ") and "fewer than --prompts 5" in err
 
 
-REPO = os.path.join(os.path.dirname(__file__), "..", "..")
 V5_START = os.path.join(REPO, "benchmarks", "proving-v5", "advise", "start.json")
 V5_SETTINGS = ["--rollout.n_samples_per_prompt", "24", "--speed.n_init", "4", "--speed.max_inflight_prompts", "64"]
 
