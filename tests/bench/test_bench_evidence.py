@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from _util import REPO
+
 from openrlhf_speed.bench import aggregate
 from openrlhf_speed.bench import evidence
 from openrlhf_speed.bench import report as rep
@@ -239,7 +241,7 @@ def test_the_projection_and_advise_read_one_cost_ratio_off_a_run():
     from openrlhf_speed.bench.report import load_run
     from openrlhf_speed.cli import advise
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "proving-v5", "avx512", "off-r1")
+    path = str(REPO / "benchmarks" / "proving-v5" / "avx512" / "off-r1")
     run = load_run(os.path.join(path, "metrics.jsonl"))
     model = evidence.cost_model({"off-r1": run}, {"off-r1": "off"}, 16 * 24)
     ratio, source = advise.cost_ratio(types.SimpleNamespace(from_run=path, cost_ratio=None))

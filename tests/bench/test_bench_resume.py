@@ -12,11 +12,11 @@ import shutil
 import pytest
 
 from _bench_fakes import _data, _fake_train
+from _util import REPO
 
 from openrlhf_speed.bench import run as bench_run
 
-PUBLISHED_DRIVER = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "proving-v4", "avx512",
-                                "driver.json")
+PUBLISHED_DRIVER = REPO / "benchmarks" / "proving-v4" / "avx512" / "driver.json"
 
 
 def _argv(tmp_path, *more):

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from _bench_fakes import _data, _fake_train
+from _util import REPO
 
 from openrlhf_speed.bench import regime as rg
 from openrlhf_speed.bench import regime_map as rm
@@ -163,8 +164,7 @@ def test_a_cell_is_left_out_with_its_copies_on_other_hosts():
 def test_published_alpha_is_the_fit_of_the_published_cells():
     """advise's alpha (payoff.ALPHA) is what `openrlhf-speed regime-map` fits, batch by batch,
     on the cells it publishes."""
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "regime", "regime.json")
-    published = json.load(open(path))
+    published = json.load(open(REPO / "benchmarks" / "regime" / "regime.json"))
     fits = rm.fit_by_batch(published["rows"])
     assert [f["batch"] for f in fits] == list(payoff.ALPHA)
     for f in fits:
@@ -207,9 +207,6 @@ def test_max_runs_stops_a_sitting_and_resume_goes_on(tmp_path, monkeypatch, caps
     assert trained == ["uniform", "dapo", "speed"]
     with pytest.raises(SystemExit, match="--max_runs 0"):
         bench_run.main(argv[:-1] + ["0"])
-
-
-REPO = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def test_the_published_map_is_what_its_cells_rebuild():

@@ -8,7 +8,8 @@ evidence moves between folders and sections are renamed; a link left behind is a
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from _util import REPO
+
 CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from _util import REPO
+
 README = REPO / "README.md"
 GENERATED = REPO / "docs" / "flags.md"
 REGENERATE = ".venv/bin/python -m openrlhf_speed.cli.flags_doc > docs/flags.md"
