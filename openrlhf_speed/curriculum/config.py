@@ -118,7 +118,7 @@ class SpeedConfig:
 
     History-based strategies (`history_strategies.py`; None = the strategy's default):
     explore_floor: least probability that a prompt the history says to skip is started
-        anyway (greso: 0.01 as in GRESO; speed_bayes: 0.05).
+        anyway (greso: 0.01 as in GRESO; speed_bayes: 0.05; speed_thin: 0.1).
     posterior_decay: per-epoch factor on a prompt's pass/fail counts (cures: 1.0, CurES
         accumulates; speed_bayes: 0.9).
     greso_p_init / greso_p_step / greso_target_zero_variance: GRESO's base keep
@@ -131,7 +131,7 @@ class SpeedConfig:
     bayes_admit_confidence: speed_bayes requests all N at once, without screening, when
         the posterior predictive probability that the full group qualifies is at least this.
 
-    speed_seq (`seq_screen.py`):
+    speed_seq (`seq_screen.py`) and speed_thin (`thin_screen.py`):
     seq_first: the first half of its screening (None: N_init // 2).
     prior_key: the dataset field whose values tag prompts for its prior (e.g. a difficulty
         level); the driver reads it, the scheduler gets the tags. None: one prior for all.
@@ -238,10 +238,10 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
         errors.append(
             f"{f['warn_qualification_rate']} ({cfg.warn_qualification_rate}) must be in [0, 1]"
         )
-    if (cfg.seq_first is not None or cfg.prior_key) and cfg.strategy != "speed_seq":
+    if (cfg.seq_first is not None or cfg.prior_key) and cfg.strategy not in ("speed_seq", "speed_thin"):
         which = f['seq_first'] if cfg.seq_first is not None else f['prior_key']
-        errors.append(f"{which} is read by --speed.strategy speed_seq only (it sizes and informs its two-stage "
-                      f"screening); {f['strategy']} is {cfg.strategy}: drop the flag or use speed_seq")
+        errors.append(f"{which} is read by --speed.strategy speed_seq and speed_thin only (it sizes and informs "
+                      f"their two-stage screening); {f['strategy']} is {cfg.strategy}: drop the flag or use speed_seq")
     if cfg.max_staleness is not None and cfg.max_staleness < 0:
         errors.append(f"{f['max_staleness']} ({cfg.max_staleness}) must be >= 0 (0: strictly on-policy)")
     for field, low, high, closed_low in _HISTORY_RANGES:

@@ -29,7 +29,8 @@ Registered here:
             sampling: the baseline that filters after full inference);
 - `uniform` request all N, keep every group (plain RLOO/GRPO).
 History-based ones (`greso`, `cures`, `speed_bayes`) are in `history_strategies.py`; the
-two-stage screening `speed_seq` in `seq_screen.py`.
+two-stage screening `speed_seq` in `seq_screen.py`, and `speed_thin`, which also screens
+fewer of the tags whose qualifications cost most, in `thin_screen.py`.
 
 Departure from the paper: its band (0, 1) is hard-coded; here it is (pass_rate_low,
 pass_rate_high), and `dapo` uses the same band on the full group.

@@ -29,13 +29,14 @@ STRATEGIES = ["speed", "dapo", "uniform"]
 # The history-based strategies change which prompts run and how many responses are asked
 # for first, not the loss: one algorithm is enough to run their path through the pipeline.
 HISTORY_STRATEGIES = ["greso", "cures", "speed_bayes"]
-# speed_seq reads a tag of each row (the embedded rows' `level`) through OpenRLHF's own loader.
-STRATEGY_FLAGS = {"speed_seq": ["--speed.prior_key", "level"]}
+# speed_seq and speed_thin read a tag of each row (the embedded rows' `level`) through OpenRLHF's own loader.
+TAGGED = ["speed_seq", "speed_thin"]
+STRATEGY_FLAGS = {s: ["--speed.prior_key", "level"] for s in TAGGED}
 DEFAULT_RUN = {("grpo", "speed"), ("dapo", "dapo")}  # speed_seq's default run: tests/cli/test_e2e_train_summary.py
 
 
 def combos():
-    pairs = [(a, s) for a in ALGORITHMS for s in STRATEGIES] + [("rloo", s) for s in HISTORY_STRATEGIES + ["speed_seq"]]
+    pairs = [(a, s) for a in ALGORITHMS for s in STRATEGIES] + [("rloo", s) for s in HISTORY_STRATEGIES + TAGGED]
     for algo, strategy in pairs:
         # DEFAULT_RUN goes to `make test-extra` (CI runs it after `make test`): on a CPU without
         # native bf16 `make test` would otherwise pass 30 minutes.
@@ -69,7 +70,7 @@ def test_one_step(algo, strategy, tmp_path):
     assert math.isfinite(float(step.group(2)))
     batch = [json.loads(line) for line in open(tmp_path / "trace.jsonl") if '"batch"' in line][0]
     assert len(batch["prompts"]) == 2 and all(len(r) == 4 for r in batch["rewards"])
-    if strategy in ("speed", "dapo", "speed_seq"):  # the filters keep only groups with mixed results
+    if strategy in ("speed", "dapo", *TAGGED):  # the filters keep only groups with mixed results
         for rewards in batch["rewards"]:
             screened = rewards if strategy == "dapo" else rewards[:2]
             assert 0 < sum(r >= 0.5 for r in screened) < len(screened)
