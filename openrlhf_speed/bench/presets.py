@@ -73,10 +73,10 @@ MODE_DEFAULTS = {
                        skip_engine=True, curricula="off,uniform,dapo,speed,speed@8,greso,speed_bayes"),
     "proving-ci": dict(model="proving-ci", runs=1),
 }
-# The regime map's cells: v5's model and target rule, `off`, DAPO, SPEED and speed_seq (its prior per
+# The regime map's cells: v5's model and target rule, `off`, DAPO, SPEED, speed_seq and speed_thin (their prior per
 # the rows' `level`, the proving data's own difficulty tag), on their data mix.
 for _mode, _mix in (("proving-low", "low"), ("proving-high", "high"), ("proving-high-b4", "high")):
     MODE_DEFAULTS[_mode] = dict(model="proving", runs=3, target_rule="off_final", driver_steps=0, skip_engine=True,
-                                curricula="off,dapo,speed,speed_seq+level", mix=_mix)
+                                curricula="off,dapo,speed,speed_seq+level,speed_thin+level", mix=_mix)
 DEFAULTS = dict(model="default", runs=1, target_rule=None, driver_steps=0, skip_engine=False,
                 curricula="uniform,dapo,speed")

@@ -179,7 +179,7 @@ def test_cell_modes_train_on_their_mix_with_the_papers_ratios(tmp_path):
     args = bench_run.build_parser().parse_args(["--mode", "proving-high-b4", "--out", str(tmp_path)])
     s = bench_run._settings(args)
     assert (args.model, args.runs, args.target_rule) == ("proving", 3, "off_final")
-    assert args.curricula == "off,dapo,speed,speed_seq+level"
+    assert args.curricula == "off,dapo,speed,speed_seq+level,speed_thin+level"
     assert (s["batch"], s["n"], s["n_init"], s["steps"], s["warmup"]) == (4, 24, 4, 200, 20)
     train, _ = bench_run._data(args, s, str(tmp_path))
     assert train == mixes.mix_path("high")
@@ -187,6 +187,8 @@ def test_cell_modes_train_on_their_mix_with_the_papers_ratios(tmp_path):
     assert cmd[cmd.index("--speed.max_inflight_prompts") + 1] == "16"  # SPEED's generation batch 4 x B
     seq = bench_run.train_command("speed_seq+level", s, args, train, train, str(tmp_path / "x"))
     assert seq[seq.index("--speed.strategy") + 1] == "speed_seq" and seq[seq.index("--speed.prior_key") + 1] == "level"
+    thin = bench_run.train_command("speed_thin+level", s, args, train, train, str(tmp_path / "y"))
+    assert thin[thin.index("--speed.strategy") + 1] == "speed_thin" and thin[thin.index("--speed.prior_key") + 1] == "level"
     assert "--speed.prior_key" not in cmd
     low = bench_run.build_parser().parse_args(["--mode", "proving-low", "--out", str(tmp_path)])
     assert bench_run._data(low, bench_run._settings(low), str(tmp_path))[0] == mixes.mix_path("low")
