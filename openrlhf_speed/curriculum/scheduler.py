@@ -149,6 +149,9 @@ class Scheduler:
         states = self._ready[: cfg.batch_prompts]
         del self._ready[: cfg.batch_prompts]
         groups = [s.to_group() for s in states]
+        # The strategy's own figures describe the window this batch closes: read before on_batch
+        # starts the next (read after it, speed_seq's window shares were NaN in every batch).
+        strategy_metrics = self.strategy.metrics()
         self.strategy.on_batch(self._epoch)
         self._totals["prompts_consumed"] += len(groups)
         self._totals["tokens_useful"] += useful_tokens(groups)
@@ -164,7 +167,7 @@ class Scheduler:
             "speed/epoch_position": float(self._position),
             "speed/step": float(self._step),
         })
-        metrics.update({f"speed/{k}": float(v) for k, v in self.strategy.metrics().items()})
+        metrics.update({f"speed/{k}": float(v) for k, v in strategy_metrics.items()})
         if cfg.max_staleness is not None:  # unbounded ages would make the histogram's keys vary
             metrics.update(staleness_histogram(groups, self.policy_version, cfg.max_staleness))
             metrics["speed/prompts_rescreened_stale"] = float(self._window.stale_rescreened)

@@ -141,6 +141,18 @@ def test_fewer_screening_responses_per_trained_group_than_speed_seq():
     assert spent["speed_thin"] < 0.75 * spent["speed_seq"]
 
 
+def test_each_batch_reports_the_window_it_closes():
+    # The shares are of the window since the last batch: a thinned run screens part of what it
+    # starts, and some all-equal first halves ask for the rest.
+    rates = [0.02 if i % 3 else 0.4 for i in range(600)]
+    tags = [1 if i % 3 else 0 for i in range(600)]
+    batches, _, _ = _simulate("speed_thin", rates, tags)
+    screened = [b.metrics["speed/thin_screened_share"] for b in batches[10:]]
+    more = [b.metrics["speed/seq_more_share"] for b in batches]
+    assert all(0.0 < x <= 1.0 for x in screened) and np.mean(screened) < 0.8
+    assert any(0.0 < x <= 1.0 for x in more) and all(np.isnan(x) or 0.0 <= x <= 1.0 for x in more)
+
+
 def _ticks(driver, n):
     return [b for b in (driver.tick() for _ in range(n)) if b is not None]
 
