@@ -238,7 +238,7 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
         errors.append(
             f"{f['warn_qualification_rate']} ({cfg.warn_qualification_rate}) must be in [0, 1]"
         )
-    if (cfg.seq_first is not None or cfg.prior_key) and cfg.strategy not in ("speed_seq", "speed_thin"):
+    if (cfg.seq_first is not None or cfg.prior_key) and not getattr(STRATEGIES.get(cfg.strategy), "reads_tags", False):
         which = f['seq_first'] if cfg.seq_first is not None else f['prior_key']
         errors.append(f"{which} is read by --speed.strategy speed_seq and speed_thin only (it sizes and informs "
                       f"their two-stage screening); {f['strategy']} is {cfg.strategy}: drop the flag or use speed_seq")
