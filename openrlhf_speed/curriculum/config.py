@@ -238,9 +238,11 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
         errors.append(
             f"{f['warn_qualification_rate']} ({cfg.warn_qualification_rate}) must be in [0, 1]"
         )
-    if (cfg.seq_first is not None or cfg.prior_key) and not getattr(STRATEGIES.get(cfg.strategy), "reads_tags", False):
+    strategy = STRATEGIES.get(cfg.strategy)  # None: an unknown name, reported by validate()
+    if (cfg.seq_first is not None or cfg.prior_key) and (strategy is None or not strategy.reads_tags):
         which = f['seq_first'] if cfg.seq_first is not None else f['prior_key']
-        errors.append(f"{which} is read by --speed.strategy speed_seq and speed_thin only (it sizes and informs "
+        readers = " and ".join(sorted(name for name, c in STRATEGIES.items() if c.reads_tags))
+        errors.append(f"{which} is read by --speed.strategy {readers} only (it sizes and informs "
                       f"their two-stage screening); {f['strategy']} is {cfg.strategy}: drop the flag or use speed_seq")
     if cfg.max_staleness is not None and cfg.max_staleness < 0:
         errors.append(f"{f['max_staleness']} ({cfg.max_staleness}) must be >= 0 (0: strictly on-policy)")

@@ -77,7 +77,7 @@ class SeqScreenStrategy(SpeedStrategy):
     """Two-stage screening with a tag prior and a cost rule (see the module docstring)."""
 
     name = "speed_seq"
-    reads_tags = True  # --speed.seq_first and --speed.prior_key are its flags (and its subclasses')
+    reads_tags = True  # and its subclasses'
     reasons = band_reasons("screen") + ("seq_more", "seq_stop_all_wrong", "seq_stop_all_correct",
                                          "group_complete")
 

@@ -97,6 +97,7 @@ class Strategy:
     name = "base"
     reasons: tuple[str, ...] = ()
     uses_n_init = False  # True when --speed.n_init sizes (some of) the first requests
+    reads_tags = False  # True when --speed.seq_first and --speed.prior_key are its flags
     qualifies = True  # False when no band is tested (uniform): no qualification figures
 
     def __init__(self, config: SpeedConfig) -> None:
