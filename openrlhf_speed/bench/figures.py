@@ -150,7 +150,10 @@ def check(text: str, root: str = ".") -> list:
 def write(text: str, root: str = ".") -> str:
     """`text` with every marked figure and table rebuilt; FigureError names the first that has none."""
     def figure(m):
-        return f"<!--fig {m[1]} {m[2]}-->{rebuild(m[1], m[2], root)}<!--/fig-->"
+        try:
+            return f"<!--fig {m[1]} {m[2]}-->{rebuild(m[1], m[2], root)}<!--/fig-->"
+        except FigureError as e:
+            raise FigureError(f"<!--fig {m[1]} {m[2]}-->: {e}") from e
 
     def table(m):
         return m[1] + rebuild_table(m[2], m[3], root) + m[5]
@@ -172,7 +175,12 @@ def main(argv=None) -> int:
         with open(path, encoding="utf-8") as f:
             text = f.read()
         if args.write:
-            new = write(text, args.root)
+            try:
+                new = write(text, args.root)
+            except FigureError as e:  # all or nothing: a file half rewritten would hide the marker
+                failed += 1
+                print(f"{path}: {e}; the file is left as it was (fix the marker or its evidence)")
+                continue
             if new != text:
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(new)

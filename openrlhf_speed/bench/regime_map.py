@@ -104,6 +104,14 @@ def read_cell(folder) -> Optional[tuple]:
     return json.loads((path / "bench.json").read_text()), json.loads((path / "results.json").read_text())
 
 
+def mix_of(meta: dict) -> str:
+    """The cell's training data: a regime mix's name (proving/mixes builds `<mix>-<sha>/`), else
+    'full', the proving ground's whole set, so that a figure can name the cells of one mix
+    (`rows[*mix=full]`) and stay true as cells of other mixes join its batch."""
+    path = Path(meta.get("train_data") or "")
+    return path.parent.name.rsplit("-", 1)[0] if path.parent.parent.name == "mixes" else "full"
+
+
 def cell_report(meta: dict, d: dict) -> dict:
     """The cell's report rebuilt from what it published."""
     from openrlhf_speed.bench import report
@@ -258,7 +266,7 @@ def build(cells=CELLS, root: Path = ROOT) -> dict:
         if late:
             r["successors"] = {c: x for c, x in r["successors"].items() if c not in late}
             later.append((name, late))
-        rows.append({**r, "folder": folder})
+        rows.append({**r, "mix": mix_of(cell[0]), "folder": folder})
     return {"rows": rows, "alpha": fit_alpha(rows), "alpha_by_batch": fit_by_batch(rows),
             "leave_one_out": leave_one_out(rows), "pending": waiting, "later": later}
 

@@ -223,6 +223,16 @@ def test_the_published_map_is_what_its_cells_rebuild():
     assert rm.with_readme_table(readme, published) == readme
 
 
+def test_each_cell_names_its_data_mix():
+    """The README quotes the cells of one mix at a batch (`rows[*mix=full]`): a cell of the
+    hard mix joining B = 16 must not move a figure about the proving ground's whole set."""
+    assert rm.mix_of({"train_data": "/root/.cache/openrlhf_speed/mixes/high-a2450401e4e8/train.jsonl"}) == "high"
+    assert rm.mix_of({"train_data": "/x/proving/shipped/proving-full-v5/data/train.jsonl"}) == "full"
+    published = json.load(open(os.path.join(REPO, "benchmarks", "regime", "regime.json")))
+    mixes = {r["cell"]: r["mix"] for r in published["rows"]}
+    assert (mixes["v4"], mixes["v5"], mixes["high-b4"], mixes["high-b4-avx512-amx"]) == ("full", "full", "high", "high")
+
+
 def test_a_readme_without_the_block_is_refused():
     with pytest.raises(ValueError, match="no block between"):
         rm.with_readme_table("# no table here\n", {"rows": []})

@@ -164,11 +164,11 @@ def test_a_saved_screening_cannot_be_redrawn_or_resampled(tmp_path, capsys):
     assert "cannot read it" in err
 
 
-@pytest.mark.parametrize("path", [V5_START, os.path.join(REPO, "benchmarks", "regime", "advise", "high-b4.json")],
-                         ids=["v5-start", "high-b4"])
+@pytest.mark.parametrize("path", [V5_START, *(os.path.join(REPO, "benchmarks", "regime", "advise", f"{c}.json")
+                                               for c in ("high-b4", "high"))], ids=["v5-start", "high-b4", "high"])
 def test_the_published_verdicts_are_the_current_calibrations(path):
     """docs/advise.md and the README quote these verdicts (v5's start model at B = 16, the high
-    mix at B = 4): each must be what advise says today of its screening (re-read it with
+    mix at B = 4 and 16): each must be what advise says today of its screening (re-read it with
     --from_screening after each refit of alpha)."""
     saved = json.load(open(path))
     s = payoff.Settings(**saved["settings"])
@@ -177,3 +177,15 @@ def test_the_published_verdicts_are_the_current_calibrations(path):
     # (an AMX host moved step_cost from ...977 to ...974), which no figure that is read can show.
     assert json_differences(json.loads(json.dumps(again["comparison"])), saved["comparison"], rel=1e-12, abs_tol=0.0) == []
     assert saved["verdict"] == again["verdict"]
+
+
+def test_the_high_mix_predictions_bracket_what_its_cells_measured():
+    """docs/advise.md says advise's range on the high mix's saved screening holds the projected
+    speedup its cells measured (in-sample: these cells are in the alpha fit; the map's
+    leave-one-cell-out table is the out-of-sample check)."""
+    rows = {r["cell"]: r for r in json.load(open(os.path.join(REPO, "benchmarks", "regime", "regime.json")))["rows"]}
+    for name, cells in (("high-b4", ("high-b4", "high-b4-avx512-amx")), ("high", ("high-avx512-amx",))):
+        speedup = json.load(open(os.path.join(REPO, "benchmarks", "regime", "advise", f"{name}.json")))["comparison"]["speedup"]
+        for cell in cells:
+            measured = rows[cell]["speed_over_off"]["projected"]
+            assert speedup["low"] <= measured["point"] <= speedup["high"], (name, cell)

@@ -24,9 +24,12 @@ def test_the_readme_headline_figures_carry_their_source():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     keys = {key for _, key, _ in figures.MARK.findall(text)}
     # The cells' speedups are in the regime-map table (generated whole, tested in tests/bench);
-    # the prose quotes the cell where screening pays most and each batch's alpha.
-    for key in ("rows[cell=high-b4].speed_over_off.projected|ci", "rows[cell=high-b4].speed_over_off.measured|ci",
-                "rows[cell=high-b4].speed_over_dapo.projected|ci",
+    # the prose quotes the hard mix's cells at both batches, the curriculum that beats SPEED there
+    # and each batch's alpha.
+    for key in ("rows[cell=high-avx512-amx].speed_over_off.projected|ci", "rows[cell=high-b4].speed_over_off.projected|ci",
+                "rows[cell=high-avx512-amx].speed_over_dapo.projected|ci",
+                "rows[cell=high-avx512-amx].successors.speed_thin+level.over_off.projected|ci",
+                "rows[cell=high-avx512-amx].successors.speed_thin+level.over_off.measured|ci",
                 "final:speed|.4f", "final:dapo|.4f", "final:off|.4f", "alpha_by_batch[batch=16]|ci:.2f:",
                 "alpha_by_batch[batch=4]|ci:.2f:"):
         assert key in keys, key
@@ -156,3 +159,13 @@ def test_the_quickstart_phase_table_is_each_step_by_phase_then_the_median(tmp_pa
     assert lines[2] == "| 1 | 20.0 | 8.0 | 4.0 | 7.5 | 0.5 | 0.50 |"
     assert lines[4] == "| 3 | 26.0 | - | 4.0 | 7.5 | 0.5 | 0.60 |"
     assert lines[5] == "| median | 26.0 | 13.0 | 4.0 | 7.5 | 0.5 | 0.60 |"
+
+
+def test_write_names_a_marker_without_evidence_and_leaves_the_file(tmp_path, capsys):
+    doc = tmp_path / "doc.md"
+    text = f"SPEED <!--fig {V5} final:speed|.4f-->0.5<!--/fig--> and <!--fig {V5} nothing.at_all|.2f-->1<!--/fig-->.\n"
+    doc.write_text(text)
+    assert figures.main([str(doc), "--root", str(REPO), "--write"]) == 1
+    out = capsys.readouterr().out
+    assert f"<!--fig {V5} nothing.at_all|.2f-->: no key 'nothing'" in out and "left as it was" in out
+    assert doc.read_text() == text
