@@ -105,11 +105,12 @@ def read_cell(folder) -> Optional[tuple]:
 
 
 def mix_of(meta: dict) -> str:
-    """The cell's training data: a regime mix's name (proving/mixes builds `<mix>-<sha>/`), else
-    'full', the proving ground's whole set, so that a figure can name the cells of one mix
-    (`rows[*mix=full]`) and stay true as cells of other mixes join its batch."""
-    path = Path(meta.get("train_data") or "")
-    return path.parent.name.rsplit("-", 1)[0] if path.parent.parent.name == "mixes" else "full"
+    """The cell's training data: a regime mix's name, else 'full', the proving ground's whole
+    set, so that a figure can name the cells of one mix (`rows[*mix=full]`) and stay true as
+    cells of other mixes join its batch."""
+    from openrlhf_speed.proving import mixes
+
+    return mixes.mix_of(meta.get("train_data") or "") or "full"
 
 
 def cell_report(meta: dict, d: dict) -> dict:

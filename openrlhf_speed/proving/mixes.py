@@ -63,6 +63,18 @@ def pinned_sha256(name: str) -> str:
     return json.loads(recipe.read_text())["train_sha256"]
 
 
+def _cache_folder(name: str, pin: str) -> str:
+    return f"{name}-{pin[:12]}"
+
+
+def mix_of(path: str) -> str | None:
+    """The mix whose mix_path `path` is, read back from its cache folder; None for any other file
+    (a benchmark records its training file, and the regime map names each cell's mix by it)."""
+    folder = Path(path).parent
+    name, _, pin = folder.name.rpartition("-")
+    return name if folder.parent.name == "mixes" and name in MIXES and folder.name == _cache_folder(name, pin) else None
+
+
 def mix_path(name: str) -> str:
     """The mix's train.jsonl: the cache's build of the pinned recipe, built on first use and
     checked against the pinned sha256 (a ShippedModelError when it differs)."""
@@ -70,7 +82,7 @@ def mix_path(name: str) -> str:
     from openrlhf_speed.proving import shipped
 
     pin = pinned_sha256(name)
-    path = cache_root() / "mixes" / f"{name}-{pin[:12]}" / FILE
+    path = cache_root() / "mixes" / _cache_folder(name, pin) / FILE
     if path.is_file() and shipped.sha256_file(path) == pin:
         return str(path)
     rows, recipe = build(name, shipped.data_paths("full")[0])
@@ -130,4 +142,4 @@ def write(rows: list, recipe: dict, folder: Path, file: str = FILE) -> Path:
     return folder / file
 
 
-__all__ = ["FILE", "MIXES", "SEED", "build", "mix_folder", "mix_path", "pinned_sha256", "select", "write"]
+__all__ = ["FILE", "MIXES", "SEED", "build", "mix_folder", "mix_of", "mix_path", "pinned_sha256", "select", "write"]

@@ -26,6 +26,7 @@ def test_shipped_mix_is_its_recipe_rebuilt(name, tmp_path):
     rows, recipe = mixes.build(name, shipped.data_paths("full")[0])
     rebuilt = mixes.write(rows, recipe, tmp_path)
     assert shipped.sha256_file(rebuilt) == shipped.sha256_file(mixes.mix_path(name))
+    assert mixes.mix_of(mixes.mix_path(name)) == name and mixes.mix_of(str(rebuilt)) is None  # the cache's file only
     ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)) == recipe["rows"]  # no prompt repeats
 
