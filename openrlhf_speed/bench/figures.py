@@ -126,10 +126,15 @@ def rebuild_table(source: str, name: str, root: str = ".") -> str:
     return "".join(line + "\n" for line in doc_tables.TABLES[name](_load(source, root)))
 
 
+# What a marker whose evidence gives no figure raises: FigureError (a ValueError), or what a path
+# that walks off the evidence's shape raises. check() reports it, write() names the marker.
+NO_FIGURE = (KeyError, IndexError, TypeError, ValueError)
+
+
 def _safely(build, *args) -> str:
     try:
         return build(*args)
-    except (FigureError, KeyError, IndexError, TypeError, ValueError) as e:
+    except NO_FIGURE as e:
         return f"error: {e}"
 
 
@@ -149,14 +154,17 @@ def check(text: str, root: str = ".") -> list:
 
 def write(text: str, root: str = ".") -> str:
     """`text` with every marked figure and table rebuilt; FigureError names the first that has none."""
-    def figure(m):
+    def named(marker, build, *args):
         try:
-            return f"<!--fig {m[1]} {m[2]}-->{rebuild(m[1], m[2], root)}<!--/fig-->"
-        except FigureError as e:
-            raise FigureError(f"<!--fig {m[1]} {m[2]}-->: {e}") from e
+            return build(*args)
+        except NO_FIGURE as e:
+            raise FigureError(f"{marker}: {e}") from e
+
+    def figure(m):
+        return f"<!--fig {m[1]} {m[2]}-->{named(f'<!--fig {m[1]} {m[2]}-->', rebuild, m[1], m[2], root)}<!--/fig-->"
 
     def table(m):
-        return m[1] + rebuild_table(m[2], m[3], root) + m[5]
+        return m[1] + named(m[1].strip(), rebuild_table, m[2], m[3], root) + m[5]
 
     return TABLE.sub(table, MARK.sub(figure, text))
 

@@ -169,3 +169,8 @@ def test_write_names_a_marker_without_evidence_and_leaves_the_file(tmp_path, cap
     out = capsys.readouterr().out
     assert f"<!--fig {V5} nothing.at_all|.2f-->: no key 'nothing'" in out and "left as it was" in out
     assert doc.read_text() == text
+    table = f"<!--table {V5} no_such_table-->\n| stale |\n<!--/table-->\n"
+    doc.write_text(table)
+    assert figures.main([str(doc), "--root", str(REPO), "--write"]) == 1
+    assert f"<!--table {V5} no_such_table-->: no table 'no_such_table'" in capsys.readouterr().out
+    assert doc.read_text() == table
