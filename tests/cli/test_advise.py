@@ -165,10 +165,11 @@ def test_a_saved_screening_cannot_be_redrawn_or_resampled(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("path", [V5_START, *(os.path.join(REPO, "benchmarks", "regime", "advise", f"{c}.json")
-                                               for c in ("high-b4", "high"))], ids=["v5-start", "high-b4", "high"])
+                                               for c in ("high-b4", "high", "low"))],
+                         ids=["v5-start", "high-b4", "high", "low"])
 def test_the_published_verdicts_are_the_current_calibrations(path):
     """docs/advise.md and the README quote these verdicts (v5's start model at B = 16, the high
-    mix at B = 4 and 16): each must be what advise says today of its screening (re-read it with
+    mix at B = 4 and 16, the low mix at B = 16): each must be what advise says today of its screening (re-read it with
     --from_screening after each refit of alpha)."""
     saved = json.load(open(path))
     s = payoff.Settings(**saved["settings"])
