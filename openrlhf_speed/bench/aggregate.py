@@ -325,6 +325,29 @@ def qualification_rate(steps: list) -> float:
     return sum(num(s, "speed/prompts_qualified") for s in counted) / screened if screened else float("nan")
 
 
+def rejected_solved_share(steps: list) -> float:
+    """Share of the screened prompts turned away as solved (every screening response right, or
+    above the band), over the steps that count qualification: where this rises through a run,
+    the policy is learning prompts out of a few-sample screen's band while a full group of N
+    of them would still be mixed (DAPO's qualification stays flat on the same mix)."""
+    counted = [s for s in steps if s.get("speed/prompts_qualified") is not None
+               and not is_nan(s["speed/prompts_qualified"])]
+    screened = sum(num(s, "speed/prompts_screened") for s in counted)
+    solved = sum(num(s, k) for s in counted for k in s
+                 if k.startswith("speed/reason/") and k.endswith(("_all_correct", "_too_easy")))
+    return solved / screened if screened else float("nan")
+
+
+QUARTERS = 4
+
+
+def by_quarter(steps: list, share) -> list:
+    """share(steps) over each quarter of a run's steps in order (NaN for an empty one): a run's
+    mean hides a drift that a screening at step 0 cannot see and `advise` therefore cannot price."""
+    n = len(steps)
+    return [share(steps[i * n // QUARTERS:(i + 1) * n // QUARTERS]) for i in range(QUARTERS)]
+
+
 def _per_step_counts(steps: list) -> dict:
     """Prompts qualified a step, and prompts whose responses waited past the staleness bound
     and were discarded: a curriculum whose generation batch outruns its training batch (DAPO
@@ -340,7 +363,7 @@ def _per_step_counts(steps: list) -> dict:
 
 def mechanism(steps: list) -> dict:
     """A run's mechanism columns from its step records: tokens per step by phase, qualification
-    rate, share of trained tokens in groups with zero reward variance (uniform's wasted groups), mean gradient norm,
+    rate (over the run and by quarter, with the share turned away as solved), share of trained tokens in groups with zero reward variance (uniform's wasted groups), mean gradient norm,
     mean reward of trained groups (Fig. 4) and generation tokens per second."""
     n = len(steps)
     if not n:
@@ -365,6 +388,8 @@ def mechanism(steps: list) -> dict:
     return {**{f"tokens_per_step_{p}": v for p, v in per_step.items()},
             **_per_step_counts(steps),
             "qualification_rate": qualification_rate(steps),
+            "qualification_by_quarter": by_quarter(steps, qualification_rate),
+            "rejected_solved_by_quarter": by_quarter(steps, rejected_solved_share),
             "zero_variance_share": 1.0 - useful / trained if trained else nan,
             "grad_norm_mean": sum(grads) / len(grads) if grads else nan,
             "trained_accuracy_mean": sum(acc) / len(acc) if acc else nan,

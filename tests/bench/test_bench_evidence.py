@@ -250,3 +250,24 @@ def test_the_projection_and_advise_read_one_cost_ratio_off_a_run():
     steps = [st for st in run["steps"]]
     trained = sum(st["speed/tokens_trained"] for st in steps)
     assert model["s_per_train_token"] == pytest.approx(source["training_s_per_step"] * len(steps) / trained)
+
+
+def test_qualification_by_quarter_shows_a_drift_the_run_mean_hides():
+    # 8 steps: the screen qualifies 6 of 8 prompts in the first quarter and 2 of 8 in the last,
+    # where the rest are turned away solved (all right, or above the band) or unsolved.
+    def step(qualified, solved, too_easy=0):
+        return {"speed/prompts_screened": 8, "speed/prompts_qualified": qualified,
+                "speed/reason/screen_qualified": qualified, "speed/reason/screen_all_correct": solved,
+                "speed/reason/screen_too_easy": too_easy,
+                "speed/reason/screen_all_wrong": 8 - qualified - solved - too_easy}
+    steps = [step(6, 1), step(6, 1), step(5, 2), step(4, 2, 1), step(4, 3), step(3, 4), step(2, 5), step(2, 4, 2)]
+    m = aggregate.mechanism(steps)
+    assert m["qualification_by_quarter"] == pytest.approx([12 / 16, 9 / 16, 7 / 16, 4 / 16])
+    assert m["rejected_solved_by_quarter"] == pytest.approx([2 / 16, 5 / 16, 7 / 16, 11 / 16])
+    assert m["qualification_rate"] == pytest.approx(32 / 64)
+    # seq's early stop counts as turned away solved; `off` logs no screening: NaN each quarter.
+    seq = aggregate.mechanism([{"speed/prompts_screened": 4, "speed/prompts_qualified": 1,
+                                "speed/reason/seq_stop_all_correct": 2, "speed/reason/seq_more": 2}] * 4)
+    assert seq["rejected_solved_by_quarter"] == pytest.approx([0.5] * 4)
+    off = aggregate.mechanism([{"rollout/reward_mean": 0.25}] * 4)
+    assert all(aggregate.is_nan(q) for q in off["qualification_by_quarter"] + off["rejected_solved_by_quarter"])
