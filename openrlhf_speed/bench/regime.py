@@ -238,6 +238,14 @@ def format_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
     return f"{floor}{ci['point']:{spec}}{unit} [{ci['low']:{spec}}-{ci['high']:{spec}}]"
 
 
+def table_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
+    """format_ci for a table cell: "not reached" where a run never reached the target, the one
+    part of the verdict a cell of the map has room for (levels.py's table says it the same way)."""
+    if ci and "point" not in ci and "did not reach" in ci.get("verdict", ""):
+        return "not reached"
+    return format_ci(ci, spec, unit)
+
+
 def rate_over_speed(d: dict, ours: Optional[dict]) -> Optional[float]:
     """A curriculum's engine rate (engine_rate) over SPEED's, from their cell entries; None without both."""
     mine, theirs = d.get("engine_rate"), (ours or {}).get("engine_rate")

@@ -284,10 +284,10 @@ def markdown(m: dict) -> str:
         acc = r["budget"]["accuracy"]
         share = r["share_of_ceiling"]["projected"]
         lines.append(f"| {r['cell']} | {r['kind']} | {r['batch']} | {r['off_zero_variance_early']:.2f} | "
-                     f"{regime.format_ci(so.get('measured'))} / {regime.format_ci(so.get('projected'))} | {regime.format_ci(sd.get('measured'))} / "
-                     f"{regime.format_ci(sd.get('projected'))} | {st} | {regime.format_ci(r['step_ratio'])} | {regime.format_ci(r['rho'])} | "
-                     f"{regime.format_ci(r['alpha'], '.2f', '')} | {regime.format_ci(r['ceiling'].get('projected'))} | "
-                     f"{'-' if share is None else format(share, '.0%')} | {regime.format_ci(r['discards_free'].get('projected'))} | "
+                     f"{regime.table_ci(so.get('measured'))} / {regime.table_ci(so.get('projected'))} | {regime.table_ci(sd.get('measured'))} / "
+                     f"{regime.table_ci(sd.get('projected'))} | {st} | {regime.table_ci(r['step_ratio'])} | {regime.table_ci(r['rho'])} | "
+                     f"{regime.table_ci(r['alpha'], '.2f', '')} | {regime.table_ci(r['ceiling'].get('projected'))} | "
+                     f"{'-' if share is None else format(share, '.0%')} | {regime.table_ci(r['discards_free'].get('projected'))} | "
                      f"{acc['off']:.3f} / {acc['dapo']:.3f} / {acc['speed']:.3f} |")
     beyond = [(r, name, x) for r in m["rows"] for name, x in (r.get("successors") or {}).items()]
     if beyond:
@@ -298,9 +298,9 @@ def markdown(m: dict) -> str:
             mine, speeds = x["share_of_ceiling"]["projected"], r["share_of_ceiling"]["projected"]
             speed_discards = (r.get("curricula") or {}).get(regime.OURS, {}).get("discarded_share")
             lines.append(
-                f"| {r['cell']} | {name} | {regime.format_ci(x['over_off'].get('measured'))} / "
-                f"{regime.format_ci(x['over_off'].get('projected'))} | {regime.format_ci(x['over_dapo'].get('measured'))} / "
-                f"{regime.format_ci(x['over_dapo'].get('projected'))} | "
+                f"| {r['cell']} | {name} | {regime.table_ci(x['over_off'].get('measured'))} / "
+                f"{regime.table_ci(x['over_off'].get('projected'))} | {regime.table_ci(x['over_dapo'].get('measured'))} / "
+                f"{regime.table_ci(x['over_dapo'].get('projected'))} | "
                 f"{'-' if x['over_speed_projected'] is None else format(x['over_speed_projected'], '.2f') + 'x'} | "
                 f"{x['discarded_share']:.2f} ({'-' if speed_discards is None else format(speed_discards, '.2f')}) | "
                 f"{'-' if mine is None else format(mine, '.0%')} ({'-' if speeds is None else format(speeds, '.0%')}) | "
@@ -334,8 +334,8 @@ def readme_table(m: dict) -> str:
     for r in m["rows"]:
         so, sd, share = r["speed_over_off"] or {}, r["speed_over_dapo"] or {}, r["share_of_ceiling"]["projected"]
         lines.append(f"| {r['cell']} | {r['kind']} | {r['batch']} | {r['off_zero_variance_early']:.2f} | "
-                     f"{regime.format_ci(so.get('measured'))} / {regime.format_ci(so.get('projected'))} | {regime.format_ci(sd.get('measured'))} / "
-                     f"{regime.format_ci(sd.get('projected'))} | {regime.format_ci(r['ceiling'].get('projected'))} | "
+                     f"{regime.table_ci(so.get('measured'))} / {regime.table_ci(so.get('projected'))} | {regime.table_ci(sd.get('measured'))} / "
+                     f"{regime.table_ci(sd.get('projected'))} | {regime.table_ci(r['ceiling'].get('projected'))} | "
                      f"{'-' if share is None else format(share, '.0%')} |")
     return "\n".join(lines)
 
@@ -350,7 +350,12 @@ def with_readme_table(text: str, m: dict) -> str:
 
 
 def plot(m: dict, path: str) -> Optional[str]:
-    rows = [r for r in m["rows"] if (r["speed_over_off"] or {}).get("projected", {}).get("point")]
+    def speed(r):
+        return ((r["speed_over_off"] or {}).get("projected") or {}).get("point")
+
+    # A cell where a SPEED run never reached the target has no SPEED point; its ceiling is still drawn
+    # and its label says why SPEED's is missing, so the cell does not silently drop off the map.
+    rows = [r for r in m["rows"] if speed(r) or (r["ceiling"].get("projected") or {}).get("point")]
     if not rows:
         return None
     import matplotlib
@@ -378,8 +383,9 @@ def plot(m: dict, path: str) -> Optional[str]:
                         yerr=[[c["point"] - c["low"] for _, c in mine], [c["high"] - c["point"] for _, c in mine]],
                         fmt="^:", color=f"C{i}", capsize=3, label=f"{name}, B = {b}", alpha=0.8, markersize=5 + k)
         for x, r in pts:
-            ax.annotate(r["cell"], (x, (r["speed_over_off"] or {})["projected"]["point"]), textcoords="offset points",
-                        xytext=(4, 4), fontsize=8)
+            y = speed(r) or r["ceiling"]["projected"]["point"]
+            ax.annotate(r["cell"] if speed(r) else f"{r['cell']}\n(a SPEED run: not reached)", (x, y),
+                        textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.axhline(1.0, color="grey", linewidth=1)
     ax.set_xlabel("off's zero-variance share of groups at N = 24 (its first steps)")
     ax.set_ylabel("speedup over off to off's final accuracy\n(GPU projection, 95% interval)")

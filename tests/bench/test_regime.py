@@ -363,6 +363,9 @@ def test_a_cell_with_one_run_of_a_curriculum_reports_its_point_without_an_interv
     assert "SPEED 1.05x, not resolved (one run of a curriculum)" in text
     assert "SPEED 1.17x, not resolved (one run of a curriculum)" in text
     assert rg.format_ci({"point": 1.19, "low": 1.04, "high": 1.39}) == "1.19x [1.04-1.39]"
+    unreached = {"verdict": "not measured (a run of ours did not reach the level)"}
+    assert rg.table_ci(unreached) == "not reached" and rg.format_ci(unreached) == unreached["verdict"]
+    assert rg.table_ci({"point": 1.19, "low": 1.04, "high": 1.39}) == "1.19x [1.04-1.39]"
 
 
 def test_a_curriculum_whose_engines_decode_slower_is_told_what_the_projection_leaves_out():
