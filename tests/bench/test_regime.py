@@ -396,3 +396,18 @@ def test_a_curriculum_whose_engines_decode_slower_is_told_what_the_projection_le
     assert rm.row("cell", "avx2", {"regime": c})["successors"]["speed_seq"]["engine_rate_vs_speed"] == pytest.approx(0.75)
     # a run whose evaluations carry no timings: no host speed, so no rate and no claim
     assert rg.engine_rate(_run([0.3, 0.5], 10.0)) is None
+
+
+def test_a_cell_where_a_speed_run_never_reached_stays_on_the_map(tmp_path):
+    """A SPEED run under the target leaves the cell without SPEED's speedups: the tables say
+    'not reached' (not the verdict's whole sentence), and the plot still draws the cell's ceiling."""
+    report = _successor_report()
+    r = rm.row("cell", "avx512-amx", report)
+    unreached = {"verdict": "not measured (a run of ours did not reach the level)"}
+    r["speed_over_off"] = {"measured": unreached, "projected": unreached}
+    r["speed_over_dapo"] = {"measured": unreached, "projected": unreached}
+    assert "| cell | avx512-amx | 4 | " in rm.readme_table({"rows": [r]})
+    assert "not reached / not reached | not reached / not reached |" in rm.readme_table({"rows": [r]})
+    assert rm.plot({"rows": [r]}, str(tmp_path / "map.png")) and (tmp_path / "map.png").stat().st_size > 0
+    r["ceiling"] = {"measured": unreached, "projected": unreached}
+    assert rm.plot({"rows": [r]}, str(tmp_path / "none.png")) is None  # nothing to draw: no figure at all
