@@ -316,26 +316,27 @@ def useful_tokens(step: dict):
     return None if share is None or is_nan(share) else share * num(step, "speed/tokens_generated")
 
 
-def qualification_rate(steps: list) -> float:
-    """Prompts qualified / prompts screened over the steps that count qualification (NaN for a
+def _share_of_screened(steps: list, count) -> float:
+    """sum(count(step)) / prompts screened over the steps that count qualification (NaN for a
     curriculum that tests no band: uniform logs NaN, `off` logs nothing)."""
     counted = [s for s in steps if s.get("speed/prompts_qualified") is not None
                and not is_nan(s["speed/prompts_qualified"])]
     screened = sum(num(s, "speed/prompts_screened") for s in counted)
-    return sum(num(s, "speed/prompts_qualified") for s in counted) / screened if screened else float("nan")
+    return sum(count(s) for s in counted) / screened if screened else float("nan")
+
+
+def qualification_rate(steps: list) -> float:
+    """Prompts qualified / prompts screened (_share_of_screened)."""
+    return _share_of_screened(steps, lambda s: num(s, "speed/prompts_qualified"))
 
 
 def rejected_solved_share(steps: list) -> float:
     """Share of the screened prompts turned away as solved (every screening response right, or
-    above the band), over the steps that count qualification: where this rises through a run,
-    the policy is learning prompts out of a few-sample screen's band while a full group of N
-    of them would still be mixed (DAPO's qualification stays flat on the same mix)."""
-    counted = [s for s in steps if s.get("speed/prompts_qualified") is not None
-               and not is_nan(s["speed/prompts_qualified"])]
-    screened = sum(num(s, "speed/prompts_screened") for s in counted)
-    solved = sum(num(s, k) for s in counted for k in s
-                 if k.startswith("speed/reason/") and k.endswith(("_all_correct", "_too_easy")))
-    return solved / screened if screened else float("nan")
+    above the band): where this rises through a run, the policy is learning prompts out of a
+    few-sample screen's band while a full group of N of them would still be mixed (DAPO's
+    qualification stays flat on the same mix)."""
+    return _share_of_screened(steps, lambda s: sum(num(s, k) for k in s if k.startswith("speed/reason/")
+                                                   and k.endswith(("_all_correct", "_too_easy"))))
 
 
 QUARTERS = 4
@@ -363,7 +364,8 @@ def _per_step_counts(steps: list) -> dict:
 
 def mechanism(steps: list) -> dict:
     """A run's mechanism columns from its step records: tokens per step by phase, qualification
-    rate (over the run and by quarter, with the share turned away as solved), share of trained tokens in groups with zero reward variance (uniform's wasted groups), mean gradient norm,
+    rate (over the run and by quarter, with the share turned away as solved), share of trained
+    tokens in groups with zero reward variance (uniform's wasted groups), mean gradient norm,
     mean reward of trained groups (Fig. 4) and generation tokens per second."""
     n = len(steps)
     if not n:

@@ -166,12 +166,6 @@ def _is_ratio_of(key: str, ours: str) -> bool:
     return key.split("_over_")[0] == ours
 
 
-def _cell(ci: dict) -> str:
-    if ci.get("verdict", "").startswith("not measured (a run of ours"):
-        return "not reached"
-    return regime.format_ci(ci)
-
-
 def markdown(tab: Optional[dict], ours: str = "speed") -> list:
     """The speedup-against-target table and the reach shares, as report lines."""
     if not tab:
@@ -190,7 +184,7 @@ def markdown(tab: Optional[dict], ours: str = "speed") -> list:
                                + [f"{c} reached" for c in curricula]) + " |",
              "|---|---|" + "---|" * (len(keys) + len(curricula))]
     for r in tab["levels"]:
-        cells = [" / ".join(_cell(r["ratios"][k][kind]) for kind in tab["kinds"]) for k in keys]
+        cells = [" / ".join(regime.table_ci(r["ratios"][k][kind]) for kind in tab["kinds"]) for k in keys]
         reach = [f"{r['reached'][c]:.2f}" for c in curricula]
         lines.append(f"| {r['f']:g} | {r['target']:.4f} | " + " | ".join(cells + reach) + " |")
     return lines

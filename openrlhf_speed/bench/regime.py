@@ -239,8 +239,8 @@ def format_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
 
 
 def table_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
-    """format_ci for a table cell: "not reached" where a run never reached the target, the one
-    part of the verdict a cell of the map has room for (levels.py's table says it the same way)."""
+    """format_ci for a table cell (the map's and the speedup-by-level table's): "not reached"
+    where a run never reached the target, the one part of the verdict a cell has room for."""
     if ci and "point" not in ci and "did not reach" in ci.get("verdict", ""):
         return "not reached"
     return format_ci(ci, spec, unit)
