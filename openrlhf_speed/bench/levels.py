@@ -14,9 +14,11 @@ answers one question; a curve over target levels shows where in training a curri
   measured and under both GPU projections, per token (the pessimistic bound) and by the
   engine's throughput at the step's concurrency (concurrency.py); per ratio, the bootstrap
   interval of aggregate.bootstrap_ratio.
-- A run that never reaches a level within the horizon is censored, not dropped: a ratio whose
-  baseline runs are censored but ours all reached is reported as a lower bound ("at least"),
-  pricing each censored run at its whole clock; with a censored run of ours, no ratio.
+- A run that never reaches a level within the horizon is censored, not dropped, and priced at
+  its whole clock: a ratio whose baseline runs are censored but ours all reached is a lower
+  bound ("at least", '>='); one with censored runs of ours and none of the baseline's is an
+  upper bound ("at most", '<='), which still says "slower" when its interval is under 1; with
+  censored runs on both sides, no ratio.
 
 Pure functions of run records, so they are tested without training.
 """
@@ -71,18 +73,30 @@ def level_target(anchor: dict, f: float) -> float:
 
 
 def _ratio(base: list, ours: list) -> dict:
-    """The interval cell of one ratio from per-run times (None = not reached; a censored
-    baseline run carries its whole clock as ('censored', clock))."""
-    if any(t is None for t in ours) or not base or not ours:
-        return {"verdict": "not measured (a run of ours did not reach the level)"}
+    """The interval cell of one ratio from per-run times (None = no clock; a run that never
+    reached the level carries its whole clock as ('censored', clock)). Censored baseline runs
+    make the ratio a floor ('at_least'); censored runs of ours make it a ceiling ('at_most'):
+    their real times are later than their clocks. Censored runs on both sides: no ratio."""
+    if not base or not ours:
+        return {"verdict": "not measured (no runs)"}
+    if any(t is None or (isinstance(t, tuple) and t[1] is None) for t in base + ours):
+        return {"verdict": "not measured (a run has no clock)"}
     censored = [t for t in base if isinstance(t, tuple)]
-    if any(t is None for t in base):
-        return {"verdict": "not measured (a baseline run has no clock)"}
-    times = [t[1] if isinstance(t, tuple) else t for t in base]
-    ci = aggregate.bootstrap_ratio(times, ours)
+    short = [t for t in ours if isinstance(t, tuple)]
+    if censored and short:
+        return {"verdict": "not measured (a run of ours and a baseline run did not reach the level)"}
+    ci = aggregate.bootstrap_ratio([t[1] if isinstance(t, tuple) else t for t in base],
+                                   [t[1] if isinstance(t, tuple) else t for t in ours])
     if ci is None:
         return {"verdict": "not measured (a time of 0 s)"}
     cell = {"point": ci[0], "low": ci[1], "high": ci[2]}
+    if short:
+        # Only "slower" survives a ceiling: an interval above 1 says nothing about the real ratio.
+        lead = "slower" if ci[2] < 1.0 else "not resolved"
+        if min(len(base), len(ours)) < 2:
+            return {"point": ci[0], "at_most": True, "verdict": f"{lead}, a ceiling (one run of a curriculum)"}
+        return {**cell, "at_most": True,
+                "verdict": f"{lead}, a ceiling ({len(short)}/{len(ours)} runs of ours did not reach it)"}
     if min(len(base), len(ours)) < 2:
         return {"point": ci[0], "verdict": "not resolved (one run of a curriculum)"}
     if censored:
@@ -143,9 +157,8 @@ def table(runs: dict, groups: dict, clocks: dict, ours_list: list, baselines=agg
         ratios = {}
         for ours in (c for c in ours_list if c in per):
             for b in (b for b in baselines if b in per):
-                def pick(c, kind):
-                    return [(None if isinstance(t.get(kind), tuple) and c == ours else t.get(kind)) for t in per[c]]
-                ratios[f"{ours}_over_{b}"] = {kind: _ratio(pick(b, kind), pick(ours, kind)) for kind in kinds}
+                ratios[f"{ours}_over_{b}"] = {kind: _ratio([t.get(kind) for t in per[b]], [t.get(kind) for t in per[ours]])
+                                              for kind in kinds}
         rows.append({"f": f, "target": target, "reached": reached, "ratios": ratios})
     return {"base": base, "start": anchor["start"], "base_final": anchor["final"], "base_finals": anchor["finals"],
             "headline_f": HEADLINE, "kinds": kinds, "levels": rows}
@@ -176,8 +189,9 @@ def markdown(tab: Optional[dict], ours: str = "speed") -> list:
              f"{tab['base_final']:.4f} - start); {tab['base']}'s final = mean over its runs of the last two "
              "evaluations, fixed by the " f"{tab['base']} runs alone; cells: " + " / ".join(tab["kinds"]) + ", bootstrap "
              "95% interval; "
-             "'>=' a floor (baseline runs that never reached the level count their whole clock); 'not reached': a "
-             f"run of {ours} did not reach the level within the horizon", "",
+             "'>=' a floor (baseline runs that never reached the level count their whole clock), '<=' a ceiling "
+             f"(runs of {ours} that never reached it count theirs); 'not reached': runs of both did not reach the "
+             "level within the horizon", "",
              # One join over all columns: before any run of ours, `keys` is empty and a join per
              # part would leave an empty header cell that the separator row does not count.
              "| " + " | ".join(["f", "target"] + [k.replace("_over_", " over ") for k in keys]
@@ -213,15 +227,16 @@ def plot(tab: Optional[dict], path: str, ours: str = "speed") -> Optional[str]:
             ys = [c["point"] for _, c in pts]
             err = [[c["point"] - c["low"] for _, c in pts], [c["high"] - c["point"] for _, c in pts]]
             ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, color=f"C{i}", label=k.replace("_over_", " over "))
-            floors = [(x, c["point"]) for x, (_, c) in zip(xs, pts) if c.get("at_least")]
-            if floors:
-                ax.scatter(*zip(*floors), marker="^", s=70, color=f"C{i}", zorder=3)
+            for bound, marker in (("at_least", "^"), ("at_most", "v")):
+                marked = [(x, c["point"]) for x, (_, c) in zip(xs, pts) if c.get(bound)]
+                if marked:
+                    ax.scatter(*zip(*marked), marker=marker, s=70, color=f"C{i}", zorder=3)
         ax.axhline(1.0, color="grey", linewidth=1)
         ax.axvline(HEADLINE, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel(f"target level f (start + f x {tab['base']}'s final gain)")
         ax.set_title(kind.replace("_", " ") + (" (a model)" if kind != "measured" else " clock"))
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("speedup (baseline time / ours), 95% interval; ^ = floor")
+    axes[0].set_ylabel("speedup (baseline time / ours), 95% interval; ^ = floor, v = ceiling")
     axes[0].legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -217,7 +217,8 @@ def cell(runs: dict, groups: dict, target: Optional[float], settings: dict, mode
 
 
 def share_of_ceiling(speedup: dict, ceiling: dict) -> Optional[float]:
-    """SPEED's speedup over `off` as a share of the ceiling's (point estimates)."""
+    """SPEED's speedup over `off` as a share of the ceiling's (point estimates); an upper bound
+    where the speedup is one (share_text prints it so)."""
     if "point" not in (speedup or {}) or "point" not in (ceiling or {}):
         return None
     return speedup["point"] / ceiling["point"]
@@ -228,14 +229,19 @@ def _whole(run: dict) -> float:
 
 
 def format_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
-    """A figure with its interval as the tables print it: 1.19x [1.04-1.39], ">=" for a floor;
-    a point without one (one run of a curriculum) as 1.05x, with its verdict."""
+    """A figure with its interval as the tables print it: 1.19x [1.04-1.39], ">=" for a floor,
+    "<=" for a ceiling; a point without one (one run of a curriculum) as 1.05x, with its verdict."""
     if not ci or "point" not in ci:
         return (ci or {}).get("verdict", "-")
-    floor = ">=" if ci.get("at_least") else ""
+    mark = bound(ci)
     if ci.get("low") is None or ci.get("high") is None:
-        return f"{floor}{ci['point']:{spec}}{unit}, {ci.get('verdict', 'no interval')}"
-    return f"{floor}{ci['point']:{spec}}{unit} [{ci['low']:{spec}}-{ci['high']:{spec}}]"
+        return f"{mark}{ci['point']:{spec}}{unit}, {ci.get('verdict', 'no interval')}"
+    return f"{mark}{ci['point']:{spec}}{unit} [{ci['low']:{spec}}-{ci['high']:{spec}}]"
+
+
+def bound(ci: Optional[dict]) -> str:
+    """'>=' before a floor's figures, '<=' before a ceiling's, '' before a measured one's."""
+    return ">=" if (ci or {}).get("at_least") else "<=" if (ci or {}).get("at_most") else ""
 
 
 def table_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
@@ -244,6 +250,11 @@ def table_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
     if ci and "point" not in ci and "did not reach" in ci.get("verdict", ""):
         return "not reached"
     return format_ci(ci, spec, unit)
+
+
+def share_text(share: Optional[float], speedup: Optional[dict]) -> str:
+    """A share of the ceiling as the tables print it: '<=' where the speedup is a ceiling."""
+    return "-" if share is None else f"{'<=' if (speedup or {}).get('at_most') else ''}{share:.0%}"
 
 
 def rate_over_speed(d: dict, ours: Optional[dict]) -> Optional[float]:
@@ -280,7 +291,7 @@ def markdown(c: Optional[dict], headlines: Optional[dict]) -> list:
         sp = ratios.get("speed_over_off", {}).get("measured" if kind == "measured" else "projected_linear")
         share = share_of_ceiling(sp, ceil)
         lines.append(f"- ceiling over off ({label}; DAPO's kept groups, its discards free): {format_ci(ceil)}; SPEED "
-                     f"{format_ci(sp)}" + ("" if share is None else f", {share:.0%} of the ceiling")
+                     f"{format_ci(sp)}" + ("" if share is None else f", {share_text(share, sp)} of the ceiling")
                      + f"; SPEED with its discarded screenings free {format_ci(c['discards_free'].get(kind))}")
     for name, d in c.get("curricula", {}).items():
         if name in (FILTER, OURS):
@@ -290,7 +301,7 @@ def markdown(c: Optional[dict], headlines: Optional[dict]) -> list:
         share = share_of_ceiling(sp, c["ceiling"].get("projected"))
         lines.append(f"- {name}: steps to target " + ", ".join("-" if s is None else f"{s:.1f}"
                                                                for s in d["steps_to_target"])
-                     + f"; over off, projected {format_ci(sp)}" + ("" if share is None else f", {share:.0%} of the ceiling")
+                     + f"; over off, projected {format_ci(sp)}" + ("" if share is None else f", {share_text(share, sp)} of the ceiling")
                      + f"; discarded share {d['discarded_share']:.2f}; its discards free "
                      f"{format_ci(d['discards_free'].get('projected'))}" + _engine_note(d, c["curricula"][OURS]))
     b = c["budget"]

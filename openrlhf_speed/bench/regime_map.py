@@ -35,6 +35,7 @@ CELLS = (
     ("v4", "benchmarks/proving-v4/avx512", "avx512"),
     ("v4-avx2", "benchmarks/proving-v4/avx2", "avx2"),
     ("v5", "benchmarks/proving-v5/avx512", "avx512"),
+    ("v5", "benchmarks/proving-v5", None),
     ("high-b4", "benchmarks/regime/high-b4/avx2", "avx2"),
     ("high-b4", "benchmarks/regime/high-b4", None),
     ("high", "benchmarks/regime/high/avx2", "avx2"),
@@ -42,6 +43,9 @@ CELLS = (
     ("low", "benchmarks/regime/low/avx2", "avx2"),
     ("low", "benchmarks/regime/low", None),
 )
+
+# Folders published beside a cell's kinds that are not a copy of it (`advise`'s predictions).
+NOT_KINDS = ("advise",)
 
 
 def expand(cells=CELLS, root: Path = ROOT) -> list:
@@ -59,7 +63,8 @@ def expand(cells=CELLS, root: Path = ROOT) -> list:
             continue
         if not (root / folder).is_dir():
             continue
-        kinds = [k.name for k in sorted((root / folder).iterdir()) if k.is_dir() and f"{folder}/{k.name}" not in named]
+        kinds = [k.name for k in sorted((root / folder).iterdir())
+                 if k.is_dir() and f"{folder}/{k.name}" not in named and k.name not in NOT_KINDS]
         bare = len(kinds) == 1 and not any(n == name and k is not None for n, _, k in cells)
         out += [(name if bare else f"{name}-{k}", f"{folder}/{k}", k) for k in kinds]
     return out
@@ -158,8 +163,10 @@ def successors(report: dict, c: dict, speed_over_off: Optional[dict]) -> dict:
                 for b in (regime.BASE, regime.FILTER)}
         mine, speeds = (pick[regime.BASE]["projected"] or {}), ((speed_over_off or {}).get("projected") or {})
         out[name] = {"over_off": pick[regime.BASE], "over_dapo": pick[regime.FILTER],
+                     # a ceiling on either side leaves the ratio of the two without a direction
                      "over_speed_projected": mine["point"] / speeds["point"]
-                     if "point" in mine and speeds.get("point") else None,
+                     if "point" in mine and speeds.get("point") and not (mine.get("at_most") or speeds.get("at_most"))
+                     else None,
                      "discarded_share": per["discarded_share"],
                      "engine_rate_vs_speed": regime.rate_over_speed(per, (c.get("curricula") or {}).get(regime.OURS)),
                      "share_of_ceiling": {k: regime.share_of_ceiling(pick[regime.BASE][k], c["ceiling"].get(k))
@@ -207,7 +214,7 @@ def step_cost(r: dict) -> Optional[float]:
     """SPEED's projected step cost over `off`'s (kappa), from the cell's projected speedup and
     step ratio: speedup = step ratio / kappa."""
     sp, sr = (r.get("speed_over_off") or {}).get("projected") or {}, r.get("step_ratio") or {}
-    if "point" not in sp or "point" not in sr:
+    if "point" not in sp or "point" not in sr or sp.get("at_most"):
         return None
     return sr["point"] / sp["point"]
 
@@ -287,7 +294,7 @@ def markdown(m: dict) -> str:
                      f"{regime.table_ci(so.get('measured'))} / {regime.table_ci(so.get('projected'))} | {regime.table_ci(sd.get('measured'))} / "
                      f"{regime.table_ci(sd.get('projected'))} | {st} | {regime.table_ci(r['step_ratio'])} | {regime.table_ci(r['rho'])} | "
                      f"{regime.table_ci(r['alpha'], '.2f', '')} | {regime.table_ci(r['ceiling'].get('projected'))} | "
-                     f"{'-' if share is None else format(share, '.0%')} | {regime.table_ci(r['discards_free'].get('projected'))} | "
+                     f"{regime.share_text(share, so.get('projected'))} | {regime.table_ci(r['discards_free'].get('projected'))} | "
                      f"{acc['off']:.3f} / {acc['dapo']:.3f} / {acc['speed']:.3f} |")
     beyond = [(r, name, x) for r in m["rows"] for name, x in (r.get("successors") or {}).items()]
     if beyond:
@@ -303,7 +310,8 @@ def markdown(m: dict) -> str:
                 f"{regime.table_ci(x['over_dapo'].get('projected'))} | "
                 f"{'-' if x['over_speed_projected'] is None else format(x['over_speed_projected'], '.2f') + 'x'} | "
                 f"{x['discarded_share']:.2f} ({'-' if speed_discards is None else format(speed_discards, '.2f')}) | "
-                f"{'-' if mine is None else format(mine, '.0%')} ({'-' if speeds is None else format(speeds, '.0%')}) | "
+                f"{regime.share_text(mine, x['over_off'].get('projected'))} "
+                f"({regime.share_text(speeds, (r['speed_over_off'] or {}).get('projected'))}) | "
                 f"{'-' if x.get('engine_rate_vs_speed') is None else format(x['engine_rate_vs_speed'], '.2f')} |")
     fits = [(f"B = {f['batch']}", f) for f in m.get("alpha_by_batch") or []]
     if m.get("alpha"):
@@ -336,7 +344,7 @@ def readme_table(m: dict) -> str:
         lines.append(f"| {r['cell']} | {r['kind']} | {r['batch']} | {r['off_zero_variance_early']:.2f} | "
                      f"{regime.table_ci(so.get('measured'))} / {regime.table_ci(so.get('projected'))} | {regime.table_ci(sd.get('measured'))} / "
                      f"{regime.table_ci(sd.get('projected'))} | {regime.table_ci(r['ceiling'].get('projected'))} | "
-                     f"{'-' if share is None else format(share, '.0%')} |")
+                     f"{regime.share_text(share, so.get('projected'))} |")
     return "\n".join(lines)
 
 
@@ -347,6 +355,13 @@ def with_readme_table(text: str, m: dict) -> str:
     head, rest = text.split(README_BEGIN, 1)
     _, tail = rest.split(README_END, 1)
     return f"{head}{README_BEGIN}\n{readme_table(m)}\n{README_END}{tail}"
+
+
+def _ceilings(ax, points: list, color: str) -> None:
+    """A 'v' over each (x, interval) that is an upper bound (a run of the curriculum did not reach)."""
+    top = [(x, c["point"]) for x, c in points if c.get("at_most")]
+    if top:
+        ax.scatter(*zip(*top), marker="v", s=70, color=color, zorder=3)
 
 
 def plot(m: dict, path: str) -> Optional[str]:
@@ -375,6 +390,7 @@ def plot(m: dict, path: str) -> Optional[str]:
                 ax.errorbar([x for x, _ in ok], [c["point"] for _, c in ok],
                             yerr=[[c["point"] - c["low"] for _, c in ok], [c["high"] - c["point"] for _, c in ok]],
                             fmt=style, color=f"C{i}", capsize=3, label=f"{label}, B = {b}", alpha=1.0 if j == 0 else 0.6)
+                _ceilings(ax, ok, f"C{i}")
         beyond = [(x, name, s["over_off"]["projected"]) for x, r in pts for name, s in (r.get("successors") or {}).items()
                   if (s["over_off"].get("projected") or {}).get("point")]
         for k, name in enumerate(sorted({name for _, name, _ in beyond})):
@@ -382,13 +398,15 @@ def plot(m: dict, path: str) -> Optional[str]:
             ax.errorbar([x for x, _ in mine], [c["point"] for _, c in mine],
                         yerr=[[c["point"] - c["low"] for _, c in mine], [c["high"] - c["point"] for _, c in mine]],
                         fmt="^:", color=f"C{i}", capsize=3, label=f"{name}, B = {b}", alpha=0.8, markersize=5 + k)
+            _ceilings(ax, mine, f"C{i}")
         for x, r in pts:
             y = speed(r) or r["ceiling"]["projected"]["point"]
-            ax.annotate(r["cell"] if speed(r) else f"{r['cell']}\n(a SPEED run: not reached)", (x, y),
-                        textcoords="offset points", xytext=(4, 4), fontsize=8)
+            why = ("" if not ((r["speed_over_off"] or {}).get("projected") or {}).get("at_most")
+                   else "\n(SPEED: at most; a run did not reach)") if speed(r) else "\n(a SPEED run: not reached)"
+            ax.annotate(r["cell"] + why, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.axhline(1.0, color="grey", linewidth=1)
     ax.set_xlabel("off's zero-variance share of groups at N = 24 (its first steps)")
-    ax.set_ylabel("speedup over off to off's final accuracy\n(GPU projection, 95% interval)")
+    ax.set_ylabel("speedup over off to off's final accuracy\n(GPU projection, 95% interval; v = at most)")
     ax.set_title("Where screening pays: SPEED against the ceiling\n(DAPO's kept groups, its discards free)", fontsize=11)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

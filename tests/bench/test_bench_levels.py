@@ -63,6 +63,38 @@ def test_a_level_ours_never_reaches_gives_no_ratio():
     assert "not reached" in "\n".join(lv.markdown(tab))
 
 
+def test_a_level_only_ours_misses_is_a_ceiling_priced_at_its_whole_clock():
+    """A run of ours under the target still says something: it took longer than its whole
+    clock, so the speedup is at most baseline time / that clock, and "slower" when even that
+    bound's interval is under 1."""
+    runs, groups = _bench()
+    slow = [(0, 0.30), (10, 0.35), (20, 0.40), (30, 0.44), (40, 0.47), (50, 0.49)]  # never 0.51
+    runs["speed-r1"], runs["speed-r2"] = _run(slow, 12.0), _run(slow, 12.0)
+    tab = lv.table(runs, groups, {}, ["speed"], baselines=("off",), levels=(1.0,))
+    cell = tab["levels"][0]["ratios"]["speed_over_off"]["measured"]
+    # off reaches 0.51 at step 45 (450 s); speed's whole clock is its last evaluation, 50 x 12 s
+    assert cell["at_most"] is True and "at_least" not in cell
+    assert cell["point"] == pytest.approx(450 / 600)
+    assert cell["verdict"] == "slower, a ceiling (2/2 runs of ours did not reach it)"
+    assert lv.regime.format_ci(cell) == "<=0.75x [0.75-0.75]"
+    assert "| 1 | 0.5100 | <=0.75x [0.75-0.75] |" in "\n".join(lv.markdown(tab))
+    # one run of ours reached: still a ceiling, over the mean of a reached time and a whole clock
+    runs["speed-r2"] = _run([(0, 0.30), (10, 0.45), (20, 0.50), (30, 0.55), (40, 0.58), (50, 0.60)], 12.0)
+    cell = lv.table(runs, groups, {}, ["speed"], baselines=("off",), levels=(1.0,))["levels"][0]["ratios"][
+        "speed_over_off"]["measured"]
+    assert cell["point"] == pytest.approx(450 / ((600 + 264) / 2)) and cell["at_most"] is True
+    assert cell["verdict"].startswith("not resolved, a ceiling (1/2 runs")
+
+
+def test_a_level_both_miss_and_a_run_without_a_clock_give_no_ratio():
+    assert "point" not in lv._ratio([("censored", 500.0)], [("censored", 600.0)])
+    assert "did not reach" in lv._ratio([("censored", 500.0)], [("censored", 600.0)])["verdict"]
+    assert lv._ratio([450.0, 450.0], [("censored", None), 264.0]) == {"verdict": "not measured (a run has no clock)"}
+    assert lv._ratio([], [264.0]) == {"verdict": "not measured (no runs)"}
+    one = lv._ratio([450.0], [("censored", 600.0)])
+    assert one == {"point": pytest.approx(0.75), "at_most": True, "verdict": "slower, a ceiling (one run of a curriculum)"}
+
+
 def test_table_before_any_run_of_ours_has_as_many_header_cells_as_columns():
     # A cell's report while only off and a baseline have run (DAPO's first seed, say).
     runs, groups = _bench()

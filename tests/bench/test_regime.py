@@ -319,16 +319,19 @@ def test_a_cell_is_read_from_every_cpu_kind_it_was_published_for(tmp_path):
     for kind in ("avx512-nobf16", "avx2"):
         (tmp_path / "regime" / "high-b4" / kind).mkdir(parents=True)
     (tmp_path / "regime" / "low" / "avx2").mkdir(parents=True)
-    cells = [("v5", "proving-v5/avx512", "avx512"), ("high-b4", "regime/high-b4", None), ("low", "regime/low", None),
-             ("high", "regime/high", None)]
+    for sub in ("avx512-amx", "advise"):  # advise's predictions are published beside v5's kinds
+        (tmp_path / "proving-v5" / sub).mkdir(parents=True)
+    cells = [("v5", "proving-v5/avx512", "avx512"), ("v5", "proving-v5", None), ("high-b4", "regime/high-b4", None),
+             ("low", "regime/low", None), ("high", "regime/high", None)]
     # a copy on a second kind is named for its kind, so that no figure quoted as high-b4's can
     # come from the other copy; a cell on one kind keeps its name, one not published is absent
     assert rm.expand(cells, tmp_path) == [("v5", "proving-v5/avx512", "avx512"),
+                                          ("v5-avx512-amx", "proving-v5/avx512-amx", "avx512-amx"),
                                           ("high-b4-avx2", "regime/high-b4/avx2", "avx2"),
                                           ("high-b4-avx512-nobf16", "regime/high-b4/avx512-nobf16", "avx512-nobf16"),
                                           ("low", "regime/low/avx2", "avx2")]
     # the first copy keeps the bare name by an entry of its own
-    assert rm.expand([("high-b4", "regime/high-b4/avx2", "avx2"), *cells[1:2]], tmp_path) == [
+    assert rm.expand([("high-b4", "regime/high-b4/avx2", "avx2"), *cells[2:3]], tmp_path) == [
         ("high-b4", "regime/high-b4/avx2", "avx2"),
         ("high-b4-avx512-nobf16", "regime/high-b4/avx512-nobf16", "avx512-nobf16")]
 
@@ -411,3 +414,33 @@ def test_a_cell_where_a_speed_run_never_reached_stays_on_the_map(tmp_path):
     assert rm.plot({"rows": [r]}, str(tmp_path / "map.png")) and (tmp_path / "map.png").stat().st_size > 0
     r["ceiling"] = {"measured": unreached, "projected": unreached}
     assert rm.plot({"rows": [r]}, str(tmp_path / "none.png")) is None  # nothing to draw: no figure at all
+
+
+def test_a_ceiling_reads_as_one_in_every_table_and_stays_out_of_the_fit(tmp_path):
+    """A SPEED run under the target and `off`'s all over it: SPEED's speedup is an upper bound.
+    Every table prints it and the share of the ceiling computed from it with '<=', the plot
+    marks it, and neither the leave-one-out check nor the ratio to a successor uses it as a
+    measured point."""
+    report = _successor_report()
+    r = rm.row("cell", "avx512-amx", report)
+    top = {"point": 0.82, "low": 0.74, "high": 0.90, "at_most": True, "verdict": "slower, a ceiling (1/3 runs ...)"}
+    r["speed_over_off"] = {"measured": top, "projected": top}
+    r["share_of_ceiling"] = {"measured": 0.8, "projected": 0.8}
+    assert rg.format_ci(top) == "<=0.82x [0.74-0.90]" and rg.table_ci(top) == "<=0.82x [0.74-0.90]"
+    assert "<=0.82x [0.74-0.90] / <=0.82x [0.74-0.90]" in rm.readme_table({"rows": [r]})
+    assert rm.readme_table({"rows": [r]}).endswith("| <=80% |")
+    assert rg.share_text(0.8, top) == "<=80%" and rg.share_text(0.8, {"point": 0.82}) == "80%"
+    assert rg.share_text(None, top) == "-"
+    assert rm.step_cost(r) is None  # so leave_one_out skips the cell
+    assert rm.plot({"rows": [r]}, str(tmp_path / "map.png")) and (tmp_path / "map.png").stat().st_size > 0
+    name = next(iter(r["successors"]))
+    mine = r["successors"][name]["over_off"]["projected"]
+    assert mine and "point" in mine
+    # the successor against a SPEED ceiling: its over-SPEED ratio has no direction, so none is given
+    again = rm.successors(report, report["regime"], {"projected": top})
+    assert again[name]["over_speed_projected"] is None
+    # a successor under the target: its own share is printed as a bound in the successors' table
+    report["headlines"][name]["ratios"][f"{name}_over_off"]["projected_linear"]["at_most"] = True
+    r = rm.row("cell", "avx512-amx", report)
+    share = r["successors"][name]["share_of_ceiling"]["projected"]
+    assert f"| <={share:.0%} (" in rm.markdown({"rows": [r]})
