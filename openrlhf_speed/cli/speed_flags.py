@@ -10,7 +10,7 @@ def add_speed_arguments(parser) -> None:
     g = parser.add_argument_group("SPEED curriculum (--speed.*)")
     g.add_argument("--speed.strategy", type=str, default="speed",
                    choices=["speed", "dapo", "uniform", "greso", "cures", "speed_bayes", "speed_seq", "speed_thin",
-                            "off"],
+                            "speed_keep", "off"],
                    help="speed: screen each prompt with N_init responses and continue only those whose pass rate lies "
                    "in (pass_rate_low, pass_rate_high) (default); dapo: generate all N, keep mixed groups (DAPO dynamic "
                    "sampling); uniform: generate all N, keep every group (plain RLOO/GRPO through the same driver); "
@@ -24,6 +24,9 @@ def add_speed_arguments(parser) -> None:
                    "screening a new prompt (docs/design.md); speed_thin: speed_seq, but a prompt whose tag's "
                    "qualifications cost more than the run's average is screened only with probability average / "
                    "its cost (at least --speed.explore_floor), skipped otherwise; needs --speed.prior_key; "
+                   "speed_keep: speed_thin that continues a screening that is all right or all wrong to N where the "
+                   "prompt's posterior makes a mixed group of N likely enough to cost no more than a new "
+                   "qualification, and trains it only if mixed; "
                    "off: OpenRLHF's own samples generator, untouched.")
     g.add_argument("--speed.n_init", type=int, default=None,
                    help="N_init, screening responses per prompt (speed, speed_bayes; for cures the smallest first "
@@ -51,9 +54,9 @@ def add_speed_arguments(parser) -> None:
     g.add_argument("--speed.warn_qualification_rate", type=float, default=0.1,
                    help="warn, with the screening pass-rate histogram, when fewer than this share of screened prompts qualify")
     g.add_argument("--speed.explore_floor", type=float, default=None,
-                   help="greso, speed_bayes, speed_thin: least probability that a prompt the history (speed_thin: its "
+                   help="greso, speed_bayes, speed_thin, speed_keep: least probability that a prompt the history (speed_thin: its "
                    "tag) says to skip is tried anyway, so no prompt is skipped forever (default: greso 0.01 as in "
-                   "GRESO, speed_bayes 0.05, speed_thin 0.1)")
+                   "GRESO, speed_bayes 0.05, speed_thin and speed_keep 0.1)")
     g.add_argument("--speed.posterior_decay", type=float, default=None,
                    help="cures, speed_bayes: per-epoch factor on a prompt's correct/wrong counts, so the posterior "
                    "follows a changing policy (default: cures 1.0, speed_bayes 0.9)")
@@ -75,10 +78,10 @@ def add_speed_arguments(parser) -> None:
                    help="speed_bayes: request all N responses at once, without screening, when the posterior "
                    "predictive probability that the full group is inside the band is at least this")
     g.add_argument("--speed.seq_first", type=int, default=None,
-                   help="speed_seq, speed_thin: responses in the first half of the screening; the rest of N_init follow only where "
+                   help="speed_seq, speed_thin, speed_keep: responses in the first half of the screening; the rest of N_init follow only where "
                    "they can still pay (default: N_init // 2)")
     g.add_argument("--speed.prior_key", type=str, default=None,
-                   help="speed_seq, speed_thin: a field of --data.prompt_dataset's rows (e.g. a difficulty level or source) whose "
+                   help="speed_seq, speed_thin, speed_keep: a field of --data.prompt_dataset's rows (e.g. a difficulty level or source) whose "
                    "values tag prompts; each tag gets its own pass-rate prior, learned online from its screenings. "
                    "Default: one prior for every prompt")
     from openrlhf_speed.curriculum.config import DEFAULT_MAX_STALENESS

@@ -8,8 +8,8 @@ A screening of N_init responses decides whether a prompt gets the rest of its N:
 qualifies when its pass rate lies strictly inside (pass_rate_low, pass_rate_high); every
 batch is exactly B complete groups of N, screening first. Strategies are registered by name
 (`register_strategy`): `speed` (default), `dapo`, `uniform`, the history-based `greso`,
-`cures` and `speed_bayes` (history_strategies.py), `speed_seq` (seq_screen.py) and
-`speed_thin` (thin_screen.py);
+`cures` and `speed_bayes` (history_strategies.py), `speed_seq` (seq_screen.py),
+`speed_thin` (thin_screen.py) and `speed_keep` (keep_screen.py);
 `compare.compare_strategies` runs several of them on one simulated policy.
 
 The driver's contract (`Scheduler`: next_requests, submit, pop_batch, state_dict):
@@ -35,6 +35,7 @@ from .strategies import STRATEGIES, Decision, Strategy, pass_rate, qualify, regi
 from . import history_strategies  # noqa: F401,E402  (registers greso, cures, speed_bayes)
 from . import seq_screen  # noqa: F401,E402  (registers speed_seq)
 from . import thin_screen  # noqa: F401,E402  (registers speed_thin)
+from . import keep_screen  # noqa: F401,E402  (registers speed_keep)
 
 __all__ = [
     "BYTES_PER_PROMPT",

@@ -118,7 +118,7 @@ class SpeedConfig:
 
     History-based strategies (`history_strategies.py`; None = the strategy's default):
     explore_floor: least probability that a prompt the history says to skip is started
-        anyway (greso: 0.01 as in GRESO; speed_bayes: 0.05; speed_thin: 0.1).
+        anyway (greso: 0.01 as in GRESO; speed_bayes: 0.05; speed_thin, speed_keep: 0.1).
     posterior_decay: per-epoch factor on a prompt's pass/fail counts (cures: 1.0, CurES
         accumulates; speed_bayes: 0.9).
     greso_p_init / greso_p_step / greso_target_zero_variance: GRESO's base keep
@@ -131,7 +131,7 @@ class SpeedConfig:
     bayes_admit_confidence: speed_bayes requests all N at once, without screening, when
         the posterior predictive probability that the full group qualifies is at least this.
 
-    speed_seq (`seq_screen.py`) and speed_thin (`thin_screen.py`):
+    speed_seq (`seq_screen.py`), speed_thin (`thin_screen.py`) and speed_keep (`keep_screen.py`):
     seq_first: the first half of its screening (None: N_init // 2).
     prior_key: the dataset field whose values tag prompts for its prior (e.g. a difficulty
         level); the driver reads it, the scheduler gets the tags. None: one prior for all.
@@ -241,7 +241,8 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
     strategy = STRATEGIES.get(cfg.strategy)  # None: an unknown name, reported by validate()
     if (cfg.seq_first is not None or cfg.prior_key) and (strategy is None or not strategy.reads_tags):
         which = f['seq_first'] if cfg.seq_first is not None else f['prior_key']
-        readers = " and ".join(sorted(name for name, c in STRATEGIES.items() if c.reads_tags))
+        names = sorted(name for name, c in STRATEGIES.items() if c.reads_tags)
+        readers = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
         errors.append(f"{which} is read by --speed.strategy {readers} only (it sizes and informs "
                       f"their two-stage screening); {f['strategy']} is {cfg.strategy}: drop the flag or use speed_seq")
     if cfg.max_staleness is not None and cfg.max_staleness < 0:

@@ -94,7 +94,7 @@ class SeqScreenStrategy(SpeedStrategy):
     def check_config(cls, config: SpeedConfig) -> list[str]:
         errors = super().check_config(config)
         if (config.pass_rate_low, config.pass_rate_high) != (0.0, 1.0):
-            errors.append(f"--speed.strategy speed_seq stops a screening early only where its verdict is already "
+            errors.append(f"--speed.strategy {cls.name} stops a screening early only where its verdict is already "
                           f"certain, which needs the band (0, 1); {FLAGS['pass_rate_low']} "
                           f"{config.pass_rate_low:g} / {FLAGS['pass_rate_high']} {config.pass_rate_high:g} would "
                           "qualify on a part of the screening: use --speed.strategy speed with a band")

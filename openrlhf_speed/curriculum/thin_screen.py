@@ -56,7 +56,7 @@ DEFAULT_FLOOR = 0.1
 # LEARN_SCREENINGS screenings, and only after the run has qualified LEARN_QUALIFIED prompts.
 LEARN_SCREENINGS = 16
 LEARN_QUALIFIED = 8
-_SALT_THIN = 4  # keyed draws of other strategies use salts 1-3 (history_strategies.py)
+_SALT_THIN = 4  # keyed draws of other strategies use salts 1-3 (history_strategies.py) and 5 (keep_screen.py)
 
 
 def screening_yield(weights: np.ndarray, n_correct: float, n_wrong: float, m: int, n_init: int,
@@ -96,11 +96,11 @@ class ThinScreenStrategy(SeqScreenStrategy):
     def check_config(cls, config: SpeedConfig) -> list[str]:
         errors = super().check_config(config)
         if config.explore_floor == 0.0:
-            errors.append(f"{FLAGS['explore_floor']} must be > 0 with --speed.strategy speed_thin: a tag it screens "
+            errors.append(f"{FLAGS['explore_floor']} must be > 0 with --speed.strategy {cls.name}: a tag it screens "
                           "less learns only from the prompts it still screens, and the floor is what brings back a "
                           "tag the policy starts to solve")
         if not config.prior_key:
-            errors.append(f"--speed.strategy speed_thin screens less of the tags whose qualifications cost most, "
+            errors.append(f"--speed.strategy {cls.name} screens less of the tags whose qualifications cost most, "
                           f"which needs tags: add {FLAGS['prior_key']} FIELD (a difficulty level or source of "
                           "the rows), or use --speed.strategy speed_seq")
         return errors
@@ -108,15 +108,21 @@ class ThinScreenStrategy(SeqScreenStrategy):
     def screen_probability(self, prompt_index: int, history: PromptHistory) -> float:
         """pi of the prompt's next visit: 1 where its qualifications cost at most the run's average,
         or while the tag's prior or the run's cost is still a guess."""
-        weights = self._weights(self._tag(prompt_index))
+        tag = self._tag(prompt_index)
+        weights = self._weights(tag)
         if weights.sum() < PRIOR_PROMPTS + LEARN_SCREENINGS or self.qualified < START_QUALIFIED + LEARN_QUALIFIED:
             return 1.0
         cost = self.cost_per_qualified()
         correct, wrong = history.counts(prompt_index)
-        spent, qualified = screening_yield(weights, correct, wrong, self.first, self.config.n_init, cost)
+        spent, qualified = self.expected_yield(weights, correct, wrong, cost, tag)
         if spent <= cost * qualified:
             return 1.0
         return max(self.floor, cost * qualified / spent)
+
+    def expected_yield(self, weights: np.ndarray, correct: float, wrong: float, cost: float,
+                       tag: int = 0) -> tuple[float, float]:
+        """(screening responses, qualifications) one screening of a prompt of `tag` is expected to give."""
+        return screening_yield(weights, correct, wrong, self.first, self.config.n_init, cost)
 
     def start(self, prompt_index: int, history: PromptHistory) -> Decision:
         keep = self.screen_probability(prompt_index, history)

@@ -16,7 +16,7 @@ from openrlhf_speed.curriculum import STRATEGIES, Scheduler, SpeedConfig
         (dict(pass_rate_high=1.5), "--speed.pass_rate_high (1.5) <= 1"),
         (dict(batch_prompts=8, buffer_size=4), "--speed.buffer_size (4) must be >= --rollout.batch_size (8)"),
         (dict(max_inflight_prompts=0), "--speed.max_inflight_prompts (0) must be >= 1"),
-        (dict(strategy="nope"), "--speed.strategy 'nope' is not one of: cures, dapo, greso, speed, speed_bayes, speed_seq, speed_thin, uniform"),
+        (dict(strategy="nope"), "--speed.strategy 'nope' is not one of: cures, dapo, greso, speed, speed_bayes, speed_keep, speed_seq, speed_thin, uniform"),
         (dict(num_epochs=0), "--train.num_episodes (0) must be >= 1"),
         (dict(batch_prompts=8, max_screened_per_batch=4), "--speed.max_screened_per_batch (4) must be None or >="),
         (dict(seed=-1), "--train.seed (-1) must be >= 0"),

@@ -84,7 +84,7 @@ def test_combinations_that_make_no_sense_are_refused(kw, flag):
 
 
 def test_its_flags_need_the_strategy():
-    with pytest.raises(ValueError, match="--speed.prior_key is read by --speed.strategy speed_seq and speed_thin only"):
+    with pytest.raises(ValueError, match="--speed.prior_key is read by --speed.strategy speed_keep, speed_seq and speed_thin only"):
         SpeedConfig(strategy="speed", prior_key="level").validate()
     with pytest.raises(ValueError, match="--speed.seq_first is read by"):
         SpeedConfig(strategy="dapo", seq_first=2).validate()

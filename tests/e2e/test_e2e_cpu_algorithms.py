@@ -29,8 +29,8 @@ STRATEGIES = ["speed", "dapo", "uniform"]
 # The history-based strategies change which prompts run and how many responses are asked
 # for first, not the loss: one algorithm is enough to run their path through the pipeline.
 HISTORY_STRATEGIES = ["greso", "cures", "speed_bayes"]
-# speed_seq and speed_thin read a tag of each row (the embedded rows' `level`) through OpenRLHF's own loader.
-TAGGED = ["speed_seq", "speed_thin"]
+# speed_seq, speed_thin and speed_keep read a tag of each row (the embedded rows' `level`) through OpenRLHF's own loader.
+TAGGED = ["speed_seq", "speed_thin", "speed_keep"]
 STRATEGY_FLAGS = {s: ["--speed.prior_key", "level"] for s in TAGGED}
 DEFAULT_RUN = {("grpo", "speed"), ("dapo", "dapo")}  # speed_seq's default run: tests/cli/test_e2e_train_summary.py
 
@@ -72,7 +72,8 @@ def test_one_step(algo, strategy, tmp_path):
     assert len(batch["prompts"]) == 2 and all(len(r) == 4 for r in batch["rewards"])
     if strategy in ("speed", "dapo", *TAGGED):  # the filters keep only groups with mixed results
         for rewards in batch["rewards"]:
-            screened = rewards if strategy == "dapo" else rewards[:2]
+            # speed_keep may train a group whose screening was all equal, only if the group is mixed
+            screened = rewards if strategy in ("dapo", "speed_keep") else rewards[:2]
             assert 0 < sum(r >= 0.5 for r in screened) < len(screened)
     if strategy in HISTORY_STRATEGIES:  # each filters the first request of a visit on the band
         for rewards in batch["rewards"]:
