@@ -45,6 +45,8 @@ class PromptHistory:
     the registry's two-argument signatures:
         epoch  the epoch of the visit being decided
         phase  the phase of the request just scored (None in `start`)
+        groups_coming  complete groups plus continuations in flight, this prompt's aside
+               (Scheduler.groups_coming): how many groups train before one started now
     """
 
     def __init__(self, num_prompts: int, decay: float = 1.0) -> None:
@@ -56,6 +58,7 @@ class PromptHistory:
         self.streak = np.zeros(num_prompts, dtype=np.int8)
         self.epoch = 0
         self.phase: Optional[str] = None
+        self.groups_coming = 0
 
     @property
     def nbytes(self) -> int:

@@ -31,6 +31,10 @@ no, a screening is still continued with probability EXPLORE (a keyed draw, repla
 and always while its key has fewer than LEARN_GROUPS groups, so a c that was low when the policy
 was weak is measured again as it learns.
 
+A group is kept only while fewer than B x `--speed.max_staleness` groups are complete or
+continuing ahead of it (`room`): kept where it cannot train before its screening ages past the
+bound, it would be discarded whole.
+
 Invariants: speed_seq's (every trained group is N responses of one visit, drawn within the
 staleness bound, and mixed). What it changes: a prompt's chance of being trained is speed_thin's
 plus, for the all-equal screenings it keeps, the chance c that its group is mixed, so Theorem
@@ -157,7 +161,7 @@ class KeepScreenStrategy(ThinScreenStrategy):
         self._screening = None
         decision = super().after_scored(prompt_index, rewards, history)
         screening, self._screening = self._screening, None
-        if decision.verdict == REJECT and equal:
+        if decision.verdict == REJECT and equal and self.room(history):
             reason = None
             if keep_pays(c, n - k, self.cost_per_qualified(), n - cfg.n_init):
                 reason = "keep_all_correct" if key[1] else "keep_all_wrong"
@@ -171,6 +175,14 @@ class KeepScreenStrategy(ThinScreenStrategy):
         if screening is not None and not (decision.verdict == REQUEST and decision.phase == PHASE_CONTINUE):
             self._teach(*screening)
         return decision
+
+    def room(self, history: PromptHistory) -> bool:
+        """Whether a group kept now trains before its screening goes stale: fewer groups coming
+        than B x the staleness bound. With many screenings in flight (the paper's generation
+        batch is 4 B) and nearly all of them kept, the groups outrun training and a stale one is
+        discarded whole (the first run on the `low` mix lost 26 groups in one step that way)."""
+        bound = self.config.max_staleness
+        return bound is None or history.groups_coming < self.config.batch_prompts * max(1, bound)
 
     def keep_chance(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> float:
         """The model's c: the chance, under the prompt's posterior, that the other N - k responses

@@ -128,6 +128,7 @@ class Scheduler:
 
         all_rewards = np.array([r.reward for r in state.responses], dtype=np.float64)  # [so far]
         self.history.epoch, self.history.phase = state.epoch, req.phase
+        self.history.groups_coming = self.groups_coming
         decision = self.strategy.after_scored(state.prompt_index, all_rewards, self.history)
         if decision.verdict in (ACCEPT, REJECT):
             self.history.finish(state.prompt_index, int(np.sum(all_rewards >= threshold)), len(all_rewards))

@@ -72,6 +72,20 @@ def test_an_all_right_first_half_is_kept_where_a_full_group_is_likely_mixed():
     assert s.keep_counts[(0, True, 2)] == pytest.approx([1 + 31 / 32, 31 / 32]) and s.in_flight == {}
 
 
+def test_nothing_is_kept_that_would_go_stale_before_it_trains():
+    # B = 4, staleness bound 2: with 8 groups complete or continuing ahead, a kept one would train
+    # two policy versions late at best; speed_thin's rejection stands. With 7, it is kept.
+    s = KeepScreenStrategy(cfg(max_staleness=2))
+    s.bind_tags([0, 0, 0])
+    s.tag_weights[0] = point_mass(0.9)
+    s.qualified, s.spent = 9.0, 90.0
+    h = PromptHistory(3)
+    h.groups_coming = 8
+    assert s.after_scored(0, scored(h, 0, [1, 1]), h).reason == "seq_stop_all_correct"
+    h.groups_coming = 7
+    assert s.after_scored(1, scored(h, 1, [1, 1]), h).reason == "keep_all_correct"
+
+
 def test_a_solved_prompt_is_turned_away_once_its_key_is_measured_but_explored_now_and_then():
     # p = 0.95: the model's c = 1 - 0.95^6 = 0.265; with 10 continued groups of this key, 2 mixed,
     # c = (2 + 2 x 0.265) / 12 = 0.211, 6 / 0.211 = 28 > 14: rejected, but for the keyed draws
@@ -203,3 +217,18 @@ def test_a_resumed_run_decides_as_an_uninterrupted_one(save_tick):
     assert _view(first + rest) == _view(whole)
     assert restored.totals() == a.scheduler.totals()
     assert a.scheduler.totals()["reason/keep_all_correct"] > 0 and a.scheduler.totals()["reason/keep_explore"] > 0
+
+
+def test_the_scheduler_tells_each_decision_how_many_groups_are_coming():
+    rates = [0.85 if i % 2 else 0.9 for i in range(200)]
+    config = cfg(n_samples_per_prompt=24, max_staleness=2, max_inflight_prompts=16, num_epochs=2)
+    sched = Scheduler(200, config, tags=[i % 2 for i in range(200)])
+    seen, decide = [], sched.strategy.after_scored
+
+    def spy(i, rewards, history):
+        seen.append((history.groups_coming, sched.groups_coming))
+        return decide(i, rewards, history)
+
+    sched.strategy.after_scored = spy
+    SimulatedDriver(sched, SimulatedPolicy(rates, seed=1)).run(max_steps=10)
+    assert seen and all(a == b for a, b in seen) and max(a for a, _ in seen) > 0
