@@ -155,6 +155,9 @@ class KeepScreenStrategy(ThinScreenStrategy):
                 self.kept["unmixed"] += 1
                 return Decision(REJECT, "keep_unmixed")
             return Decision(ACCEPT, "group_complete")
+        # A new screening of a prompt whose kept group never completed (it went stale and is
+        # screened again): that group is no outcome of its key.
+        self.in_flight.pop(prompt_index, None)
         key = (self._tag(prompt_index), bool(right.all()), k)
         # the model's c before this screening is learned: the prompt's own counts already hold it
         c = self.measured_chance(key, self.keep_chance(prompt_index, rewards, history)) if equal else 0.0

@@ -70,6 +70,14 @@ def test_an_all_right_first_half_is_kept_where_a_full_group_is_likely_mixed():
     d = s.after_scored(1, np.ones(8), h)
     assert (d.verdict, d.reason) == (REJECT, "keep_unmixed") and s.metrics()["keep_unmixed"] == 1.0
     assert s.keep_counts[(0, True, 2)] == pytest.approx([1 + 31 / 32, 31 / 32]) and s.in_flight == {}
+    # a kept prompt screened again (its group went stale) leaves no outcome for its old key
+    h.phase = PHASE_SCREEN
+    s.after_scored(2, scored(h, 2, [1, 1]), h)
+    assert 2 in s.in_flight
+    s.after_scored(2, scored(h, 2, [1, 0]), h)
+    h.phase = PHASE_CONTINUE
+    s.after_scored(2, np.array([1, 0, 1, 1, 1, 1, 1, 1.0]), h)
+    assert s.keep_counts[(0, True, 2)] == pytest.approx([1 + 31 / 32, 31 / 32])
 
 
 def test_nothing_is_kept_that_would_go_stale_before_it_trains():
