@@ -20,7 +20,7 @@ from typing import Optional
 from openrlhf_speed.bench import aggregate
 from openrlhf_speed.curriculum import payoff
 
-OURS = ("speed", "greso", "speed_bayes", "speed_seq", "speed_thin")
+OURS = ("speed", "greso", "speed_bayes", "speed_seq", "speed_thin", "speed_keep")
 BASELINES = aggregate.BASELINES  # one list for the speedups line, the claims and the intervals
 ANCHORS = ("off", "uniform")
 # Host speed indices of the runs farther apart than this make their clocks hard to compare.

@@ -231,6 +231,10 @@ def test_a_curriculum_with_another_n_init_gets_its_own_intervals():
     assert list(e["intervals_measured"]) == ["speed@8_over_uniform"]  # cures is not one of ours
     assert e["intervals_measured"]["speed@8_over_uniform"]["point"] == pytest.approx(16.5 / 5.5)
     assert evidence.is_ours("speed_bayes@8") and not evidence.is_ours("dapo@8")
+    # every screening strategy of ours gets its speedups, the ones a tag prior reads included
+    from openrlhf_speed.curriculum import STRATEGIES
+
+    assert all(evidence.is_ours(f"{name}+level") for name, c in STRATEGIES.items() if c.reads_tags)
 
 
 def test_the_projection_and_advise_read_one_cost_ratio_off_a_run():
