@@ -52,7 +52,7 @@ import numpy as np
 
 from .history import PromptHistory, decision_uniform
 from .records import PHASE_CONTINUE
-from .seq_screen import GRID, _likelihood, chance_mixed
+from .seq_screen import GRID, _likelihood, chance_mixed, more_pays
 from .strategies import ACCEPT, REJECT, REQUEST, Decision, register_strategy
 from .thin_screen import ThinScreenStrategy
 
@@ -67,7 +67,7 @@ def keep_pays(c: float, left: int, cost: float, continuation: int) -> bool:
     """Whether continuing an all-equal screening (`left` more responses, a mixed group with chance
     c) costs at most what a fresh qualification does per informative group (`cost` screening
     responses plus its `continuation`)."""
-    return c > 0 and left / c <= cost + continuation
+    return more_pays(c, left, cost + continuation)
 
 
 def kept_yield(weights: np.ndarray, n_correct: float, n_wrong: float, m: int, n_init: int, n: int,
@@ -89,7 +89,7 @@ def kept_yield(weights: np.ndarray, n_correct: float, n_wrong: float, m: int, n_
 
         share, k = float((post * like ** m).sum()), m
         c_rest = chance_mixed(weights, *counts(m), n_init - m, all_correct=all_correct)
-        if c_rest > 0 and (n_init - m) / c_rest <= cost:  # speed_seq screens the rest first
+        if more_pays(c_rest, n_init - m, cost):  # speed_seq screens the rest first
             share, k = float((post * like ** n_init).sum()), n_init
         c = chance_mixed(weights, *counts(k), n - k, all_correct=all_correct)
         c = chance(all_correct, k, c) if chance else c
@@ -132,11 +132,6 @@ class KeepScreenStrategy(ThinScreenStrategy):
         self.spent += len(rewards)
         self._screening = (i, rewards)
 
-    def _teach(self, i: int, rewards: np.ndarray) -> None:
-        spent = self.spent
-        super()._learn(i, rewards)
-        self.spent = spent
-
     # ---- decisions ---------------------------------------------------------------------------
 
     def after_scored(self, prompt_index: int, rewards: np.ndarray, history: PromptHistory) -> Decision:
@@ -147,7 +142,7 @@ class KeepScreenStrategy(ThinScreenStrategy):
             # The group's N responses teach the tag prior what k screening responses cannot (its
             # tail); which prompts go on depends only on their screenings, which the prior has
             # seen, so learning from the whole group adds no selection bias.
-            self._teach(prompt_index, rewards)
+            self._update_prior(prompt_index, rewards)
             key = self.in_flight.pop(prompt_index, None)
             if key is not None:
                 self._count(key, not equal)
@@ -176,7 +171,7 @@ class KeepScreenStrategy(ThinScreenStrategy):
                 self.in_flight[prompt_index] = key
                 return Decision(REQUEST, reason, n - k, PHASE_CONTINUE)
         if screening is not None and not (decision.verdict == REQUEST and decision.phase == PHASE_CONTINUE):
-            self._teach(*screening)
+            self._update_prior(*screening)
         return decision
 
     def room(self, history: PromptHistory) -> bool:

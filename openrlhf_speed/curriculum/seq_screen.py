@@ -72,6 +72,12 @@ def chance_mixed(weights: np.ndarray, n_correct: float, n_wrong: float, remainin
     return float((post * (1.0 - same)).sum())
 
 
+def more_pays(c: float, more: int, cost: float) -> bool:
+    """The continue test: `more` responses that find a qualification with chance c cost at most
+    `cost` responses per qualification found."""
+    return c > 0 and more / c <= cost
+
+
 @register_strategy("speed_seq")
 class SeqScreenStrategy(SpeedStrategy):
     """Two-stage screening with a tag prior and a cost rule (see the module docstring)."""
@@ -121,14 +127,18 @@ class SeqScreenStrategy(SpeedStrategy):
         return self.tag_weights[tag]
 
     def _learn(self, i: int, rewards: np.ndarray) -> None:
-        """A finished screening updates its tag's weights (one online EM step, forgetting)."""
+        """A finished screening: its cost counts, and it updates its tag's weights."""
+        self._update_prior(i, rewards)
+        self.spent += len(rewards)
+
+    def _update_prior(self, i: int, rewards: np.ndarray) -> None:
+        """One online EM step of prompt i's tag weights on these rewards, forgetting."""
         s = int(np.sum(rewards >= self.config.correct_threshold))
         w = self._weights(self._tag(i))
         r = w * _likelihood(s, len(rewards) - s)
         if r.sum() > 0:
             w *= 1.0 - 1.0 / TAG_WINDOW
             w += r / r.sum()
-        self.spent += len(rewards)
 
     def cost_per_qualified(self) -> float:
         return self.spent / self.qualified
@@ -153,7 +163,7 @@ class SeqScreenStrategy(SpeedStrategy):
             correct, wrong = history.counts(prompt_index)
             c = chance_mixed(self._weights(self._tag(prompt_index)), correct, wrong, remaining,
                              all_correct=bool(rewards[0] >= cfg.correct_threshold))
-            if c > 0 and remaining / c <= self.cost_per_qualified():
+            if more_pays(c, remaining, self.cost_per_qualified()):
                 self.window["more"] += 1
                 return Decision(REQUEST, "seq_more", remaining, PHASE_SCREEN)
             reason = "seq_stop_all_correct" if rewards[0] >= cfg.correct_threshold else "seq_stop_all_wrong"

@@ -45,7 +45,8 @@ import numpy as np
 
 from .config import FLAGS, SpeedConfig
 from .history import PromptHistory, decision_uniform
-from .seq_screen import GRID, PRIOR_PROMPTS, START_QUALIFIED, SeqScreenStrategy, _likelihood, chance_mixed
+from .seq_screen import (GRID, PRIOR_PROMPTS, START_QUALIFIED, SeqScreenStrategy, _likelihood, chance_mixed,
+                         more_pays)
 from .strategies import SKIP, Decision, register_strategy
 
 DEFAULT_FLOOR = 0.1
@@ -74,7 +75,7 @@ def screening_yield(weights: np.ndarray, n_correct: float, n_wrong: float, m: in
     for share, all_correct, counts in ((all_wrong, False, (n_correct, n_wrong + m)),
                                        (all_right, True, (n_correct + m, n_wrong))):
         c = chance_mixed(weights, *counts, rest, all_correct=all_correct)
-        if share > 0 and c > 0 and rest / c <= cost:  # the continue test of SeqScreenStrategy
+        if share > 0 and more_pays(c, rest, cost):
             spent += share * rest
             qualified += share * c
     return spent, qualified
