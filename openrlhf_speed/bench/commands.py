@@ -4,6 +4,7 @@ curriculum but its strategy, with `off` (stock OpenRLHF) given its steps by prom
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 # SPEED's generation batch (the paper's 64 prompts): prompts in flight on the engines at once,
@@ -21,7 +22,7 @@ CURRICULUM_FLAGS = {"uniform": ["--speed.strategy", "uniform"], "dapo": ["--spee
 def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str, seed: int | None = None) -> list:
     """One `openrlhf-speed train` run of curriculum `name`; seed: --train.seed (default --seed)."""
     seed = args.seed if seed is None else seed
-    name, _, prior_key = name.partition("+")  # speed_seq+level: its prior per value of the rows' `level`
+    name, prior_key, pace = curriculum_tails(name)
     strategy, n_init = parse_curriculum(name, s["n_init"])
     if strategy == "off":  # stock OpenRLHF refuses --train.max_steps: its prompts and one epoch set the steps
         train = _cycled(train, os.path.join(run_dir, "train_prompts.jsonl"), s["steps"] * s["batch"])
@@ -56,6 +57,8 @@ def train_command(name: str, s: dict, args, train: str, test: str, run_dir: str,
         cmd += ["--speed.n_init", str(n_init)]
     if prior_key:
         cmd += ["--speed.prior_key", prior_key]
+    if pace:
+        cmd += ["--speed.pace_batches", str(pace)]
     if strategy not in NO_GEN_BATCH and GEN_PROMPTS.get(args.mode):
         cmd += ["--speed.max_inflight_prompts", str(GEN_PROMPTS[args.mode])]
     if proving.is_proving(args.model):
@@ -89,6 +92,18 @@ def run_schedule(train_args: list, device: str) -> str:
                                 async_enable="--train.async_enable" in train_args)[0]
     except ValueError as e:
         raise SystemExit(f"openrlhf-speed bench: error: after '--': {e}") from None
+
+
+def curriculum_tails(name: str) -> tuple[str, str, int | None]:
+    """(name, prior key or '', P or None) of a --curricula entry: each '+' tail is either paceP
+    (--speed.pace_batches P: speed+pace2) or a dataset field (speed_seq+level: --speed.prior_key level)."""
+    base, *tails = name.split("+")
+    paces = [int(t[4:]) for t in tails if re.fullmatch(r"pace[1-9]\d*", t)]
+    keys = [t for t in tails if not re.fullmatch(r"pace[1-9]\d*", t)]
+    if len(keys) > 1 or len(paces) > 1 or "" in tails:
+        raise SystemExit(f"openrlhf-speed bench: error: --curricula entry {name!r}: write NAME[+KEY][+paceP], "
+                         "e.g. speed_seq+level or speed+pace2, with at most one prior key and one pace")
+    return base, (keys[0] if keys else ""), (paces[0] if paces else None)
 
 
 def parse_curriculum(name: str, n_init: int) -> tuple[str, int]:

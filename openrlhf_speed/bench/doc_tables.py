@@ -23,6 +23,7 @@ figures.check rebuilds each one and compares it line for line; `openrlhf-speed f
     quickstart_step  that run's console line for its last step
     quickstart_phases  that run's seconds a step by phase, and its useful-token share
     staleness   scripts/staleness_sim.py's simulated trade of each staleness bound (staleness.json)
+    pacing      scripts/pacing_sim.py's simulated trade of each --speed.pace_batches (pacing.json)
 
 Every figure comes from the report's own fields (evidence.runs, runs_summary, levels), so a
 table shows what `bench --report_only` computed and nothing computed a second time here, except
@@ -228,7 +229,23 @@ def staleness(sim: dict) -> list:
     return out
 
 
+def pacing(sim: dict) -> list:
+    """One row a (mix, curriculum, pace): groups lost to the bound, tokens generated and
+    discarded per step against the same curriculum unpaced, trained screenings' mean age."""
+    out = ["| mix | curriculum | pace | stale groups a step | tokens a step | discarded a step | screening age |",
+           "|---|---|---|---|---|---|---|"]
+    base = {(r["mix"], r["strategy"]): r for r in sim["rows"] if r["pace"] is None}
+    for r in sim["rows"]:
+        b = base[(r["mix"], r["strategy"])]
+        rel = "" if r is b else f" ({r['tokens_generated_per_step'] / b['tokens_generated_per_step'] - 1:+.0%})"
+        out.append(f"| {r['mix']} | {NAMES.get(r['strategy'], r['strategy'])} | "
+                   f"{'unpaced' if r['pace'] is None else r['pace']} | {r['stale_groups_per_step']:.1f} | "
+                   f"{r['tokens_generated_per_step']:,.0f}{rel} | {r['tokens_discarded_per_step']:,.0f} | "
+                   f"{r['screening_age_mean']:.2f} |")
+    return out
+
+
 TABLES = {"runs": runs, "curricula": curricula, "intervals": intervals, "headline": headline,
           "calibration": calibration, "soak": soak, "scale": scale, "quickstart": quickstart,
           "quickstart_step": quickstart_step, "quickstart_phases": quickstart_phases,
-          "histogram": histogram, "staleness": staleness}
+          "histogram": histogram, "staleness": staleness, "pacing": pacing}

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=sorted(PRESETS), default="quick", help="size preset (flags below override it)")
     p.add_argument("--curricula", default=None,
                    help="comma-separated --speed.strategy values ('off': OpenRLHF's own generation; 'name@K': with "
-                   "--speed.n_init K); the speedups compare speed/greso/speed_bayes with off/uniform/dapo (default: "
+                   "--speed.n_init K; 'name+KEY': with --speed.prior_key KEY; 'name+paceP': with --speed.pace_batches P); the speedups compare speed/greso/speed_bayes with off/uniform/dapo (default: "
                    "the mode's: uniform,dapo,speed; proving: off,uniform,dapo,speed,speed@8,greso,speed_bayes)")
     p.add_argument("--out", default=None, help="output folder (default: runs/bench_<mode>_<time>)")
     p.add_argument("--model", default=None,

@@ -144,6 +144,9 @@ def _validate_speed(args) -> None:
     if cfg is None:
         if args.train.max_steps is not None:
             raise FlagError("--train.max_steps needs the SPEED driver; it does not apply with --speed.strategy off.")
+        if args.speed.pace_batches is not None:
+            raise FlagError("--speed.pace_batches paces the SPEED driver's starts; OpenRLHF's own generation "
+                            "(--speed.strategy off) starts a fixed batch a step: drop the flag or pick a strategy.")
         return
     try:
         cfg.validate()
@@ -403,7 +406,7 @@ def prepare(args) -> None:
         plan["curriculum"] = {"strategy": cfg.strategy, "n_init": cfg.n_init if screens else None,
                               "max_inflight_prompts": cfg.inflight_limit,
                               "max_inflight_responses": cfg.max_inflight_responses, "buffer_size": cfg.buffer_limit,
-                              "max_staleness": cfg.max_staleness}
+                              "max_staleness": cfg.max_staleness, "pace_batches": cfg.pace_batches}
         notes += _staleness_correction(args, cfg)
     plan["optimizer_steps_per_training_step"] = optimizer_steps(args)
     if args.ckpt.load_enable:  # where a rerun continues, said (and checked) before anything starts

@@ -93,6 +93,12 @@ def add_speed_arguments(parser) -> None:
                    "older group is not trained, its prompt is screened again (counted: speed/prompts_rescreened_stale). "
                    "0: strictly on-policy (pre-fetched work is re-screened after every sync). The paper has no bound. "
                    f"Default: {DEFAULT_MAX_STALENESS}")
+    g.add_argument("--speed.pace_batches", type=int, default=None,
+                   help="P: start a new prompt only while the groups expected from the work ahead (complete groups, "
+                   "continuations, first requests in flight times the recent qualification rate) are fewer than "
+                   "P x --rollout.batch_size; at most --speed.max_staleness + 1. On an easy mix the work in flight "
+                   "otherwise qualifies more groups than the bound lets train, and the surplus is screened again. "
+                   "Default: unpaced, fill to --speed.max_inflight_prompts")
     g.add_argument("--speed.is_correction", type=str, default="auto", choices=["auto", "off"],
                    help="auto: when --speed.max_staleness > 0 lets stale samples train and "
                    "--algo.advantage.is_correction_level is off, turn on OpenRLHF's importance-sampling correction "

@@ -55,6 +55,7 @@ FLAGS = {
     "bayes_admit_confidence": "--speed.bayes_admit_confidence",
     "seq_first": "--speed.seq_first",
     "prior_key": "--speed.prior_key",
+    "pace_batches": "--speed.pace_batches",
 }
 
 # Strategy name -> class. Filled by `strategies.register_strategy` (the package's __init__
@@ -72,6 +73,7 @@ RESUMABLE_CHANGES = (
     "max_inflight_prompts",
     "max_inflight_responses",
     "buffer_size",
+    "pace_batches",
     "pass_rate_low",
     "pass_rate_high",
     # History-based knobs: they steer future decisions only; the current epoch's order is
@@ -101,6 +103,12 @@ class SpeedConfig:
         max_inflight_responses as many first requests as fit it (`inflight_limit`).
     buffer_size: bound on complete groups plus prompts in flight; default
         max_inflight_prompts + B (see Scheduler for why in-flight prompts count).
+    pace_batches: P; start a new prompt only while the groups expected from the work ahead
+        (complete groups, continuations, and first requests in flight times the recent
+        qualification rate) are fewer than P * B: this batch's and the next P - 1. At most
+        max_staleness + 1, the batches that train before a group screened now goes stale.
+        Default None: the pipeline fills to max_inflight_prompts, and on an easy mix the
+        surplus is screened again (docs/design.md#pacing-the-screenings).
     strategy: a name in STRATEGIES.
     seed: seeds the per-epoch permutation of prompt indices.
     num_epochs: passes over the prompt set.
@@ -162,6 +170,7 @@ class SpeedConfig:
     bayes_admit_confidence: float = 0.9
     seq_first: Optional[int] = None
     prior_key: Optional[str] = None
+    pace_batches: Optional[int] = None
 
     @property
     def inflight_limit(self) -> int:
@@ -245,6 +254,13 @@ def _generic_errors(cfg: SpeedConfig) -> list[str]:
         readers = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
         errors.append(f"{which} is read by --speed.strategy {readers} only (it sizes and informs "
                       f"their two-stage screening); {f['strategy']} is {cfg.strategy}: drop the flag or use speed_seq")
+    pace = cfg.pace_batches
+    if pace is not None and cfg.max_staleness is None:
+        errors.append(f"{f['pace_batches']} paces the screenings to the groups that train within "
+                      f"{f['max_staleness']}, which is None (no bound): set {f['max_staleness']} or drop the flag")
+    elif pace is not None and not 1 <= pace <= cfg.max_staleness + 1:
+        errors.append(f"{f['pace_batches']} ({pace}) must be in [1, {f['max_staleness']} + 1 = {cfg.max_staleness + 1}]: "
+                      "a group expected beyond that many batches goes stale before it trains")
     if cfg.max_staleness is not None and cfg.max_staleness < 0:
         errors.append(f"{f['max_staleness']} ({cfg.max_staleness}) must be >= 0 (0: strictly on-policy)")
     for field, low, high, closed_low in _HISTORY_RANGES:

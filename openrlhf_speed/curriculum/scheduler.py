@@ -16,7 +16,8 @@ Rules not to break (the driver and the README rely on them):
 - starvation warns with the screening histogram (with `max_screened_per_batch`, stops
   naming the flags), never silently;
 - with `max_staleness`, a group whose screening is older than that many policy versions
-  never trains (its prompt is screened again);
+  never trains (its prompt is screened again); with `pace_batches` P, new prompts start
+  only while fewer than P batches of groups are expected from the work ahead;
 - `state_dict()` holds everything, outstanding requests included: a resumed run issues the
   same requests and batches as an uninterrupted one.
 
@@ -47,6 +48,11 @@ from .strategies import ACCEPT, REJECT, REQUEST, SKIP, STRATEGIES, Decision
 # saved. Format 1 checkpoints still load (their history records are replayed).
 STATE_FORMAT = 2
 
+# Per screening, the weight left on older ones in the recent qualification rate that paces
+# the starts: a memory of about 64 screenings, one generation batch of the benchmarks, in
+# which the rate drifts little (0.27-0.58 over a whole low-mix run).
+PACE_DECAY = 1.0 - 1.0 / 64
+
 
 class Scheduler:
     def __init__(self, num_prompts: int, config: SpeedConfig, tags=None) -> None:
@@ -71,6 +77,9 @@ class Scheduler:
         self._window = Window()
         self._totals: collections.Counter = collections.Counter()
         self._warnings: list[str] = []  # starvation warnings not yet taken by the driver
+        # Recent qualification for pacing: [qualified, screened], each decayed by PACE_DECAY a
+        # screening; the prior of one qualified screening starts it cautious (q = 1).
+        self._pace = [1.0, 1.0]
 
     # ---- driver API -------------------------------------------------------------------
 
@@ -173,6 +182,9 @@ class Scheduler:
             metrics.update(staleness_histogram(groups, self.policy_version, cfg.max_staleness))
             metrics["speed/prompts_rescreened_stale"] = float(self._window.stale_rescreened)
             metrics["speed/max_staleness"] = float(cfg.max_staleness)
+        if cfg.pace_batches is not None:  # what the next step's starts are held to
+            metrics["speed/pace_expected_groups"] = float(self.expected_groups)
+            metrics["speed/pace_qualification"] = self.pace_qualification
         warning = starvation_warning(self._window, cfg)
         batch = Batch(self._step, groups, metrics, warning)
         self._step += 1
@@ -197,6 +209,19 @@ class Scheduler:
         """Complete groups plus prompts in flight that will complete one unless the engine
         fails (continuations, full requests); screenings in flight are not counted."""
         return len(self._ready) + sum(s.status in (STATUS_CONTINUING, STATUS_FULL) for s in self._inflight.values())
+
+    @property
+    def pace_qualification(self) -> float:
+        """The recent share of first looks that qualified (decayed; see PACE_DECAY)."""
+        return self._pace[0] / self._pace[1]
+
+    @property
+    def expected_groups(self) -> float:
+        """Groups the work ahead should yield: complete groups and continuations count one
+        each, a first request in flight (a screening, or DAPO's full group) the recent
+        qualification rate."""
+        q = self.pace_qualification
+        return len(self._ready) + sum(1.0 if s.status == STATUS_CONTINUING else q for s in self._inflight.values())
 
     @property
     def inflight_prompts(self) -> int:
@@ -228,7 +253,14 @@ class Scheduler:
         if inflight >= self.config.inflight_limit or len(self._ready) + inflight >= self.config.buffer_limit:
             return False
         limit = self.config.max_inflight_responses
-        return limit is None or self.outstanding_responses < limit
+        if limit is not None and self.outstanding_responses >= limit:
+            return False
+        return self.config.pace_batches is None or self.expected_groups < self.pace_limit
+
+    @property
+    def pace_limit(self) -> int:
+        """P x B: this batch's groups and the next P - 1 batches' (FIFO)."""
+        return self.config.batch_prompts * (self.config.pace_batches or 0)
 
     @property
     def outstanding_responses(self) -> int:
@@ -327,6 +359,7 @@ class Scheduler:
         self._window.qualified += int(passed)
         self._totals["prompts_screened"] += 1
         self._totals["prompts_qualified"] += int(passed)
+        self._pace = [self._pace[0] * PACE_DECAY + passed, self._pace[1] * PACE_DECAY + 1.0]
         if starvation_due(self._window.screened, self.config.batch_prompts):
             message = starvation_warning(self._window, self.config)
             if message:
@@ -359,6 +392,7 @@ class Scheduler:
             "history": self.history.state_dict(),
             "order": self._order.astype(np.int32 if self.num_prompts < 2**31 else np.int64),
             "strategy": self.strategy.state_dict(),
+            "pace": list(self._pace),
         }
 
     def load_state_dict(self, d: dict) -> None:
@@ -382,6 +416,7 @@ class Scheduler:
             self.history.load_state_dict(d["history"])
             self._order = np.asarray(d["order"], dtype=np.int64)
             self.strategy.load_state_dict(d["strategy"])
+        self._pace = list(d.get("pace", [1.0, 1.0]))  # absent before pacing: its prior
 
     def _check_compatible(self, d: dict) -> None:
         if d.get("format") not in (1, STATE_FORMAT):

@@ -7,6 +7,9 @@ learns to solve after some epochs (history-based strategies must notice it). The
 request depends only on (seed, request_id), never on call order, so a run resumed from a
 checkpoint sees exactly the responses an uninterrupted run saw.
 
+`run_serial`: plays the CPU driver's serial schedule instead (`--speed.schedule serial`): a
+step collects until a batch pops, then drains everything in flight before the weight sync.
+
 `SimulatedDriver`: plays the rollout driver. Each tick it fetches new requests, completes
 up to `completions_per_tick` outstanding ones in a scrambled but deterministic order (so
 continuations overtake screenings, as with real engines), pops a batch if one is ready and
@@ -135,3 +138,34 @@ def run_simulation(pass_rates: Sequence[float], config: SpeedConfig, *, seed: in
     driver = SimulatedDriver(sched, policy, completions_per_tick, observer=observer)
     batches = driver.run(max_steps=max_steps)
     return SimulationResult(batches, driver.requests, sched, driver)
+
+
+def run_serial(pass_rates: Sequence[float], config: SpeedConfig, steps: int, *, seed: int = 0,
+               completions_per_tick: int = 8) -> SimulationResult:
+    """`steps` batches the way the serial schedule makes them (rollout/speed_generator.py):
+    each tick starts what the scheduler allows and completes `completions_per_tick` requests in
+    a scrambled order until a batch pops; then the drain completes every request in flight (the
+    continuations it makes wait for the next step), and the policy version moves on. A step whose
+    batch comes from groups in hand thus still starts, and finishes, a generation batch."""
+    sched = Scheduler(num_prompts=len(pass_rates), config=config)
+    policy = SimulatedPolicy(pass_rates, seed=seed)
+    driver = SimulatedDriver(sched, policy, completions_per_tick)
+    batches = []
+    while len(batches) < steps and not sched.exhausted:
+        batch = sched.pop_batch()
+        if batch is None:
+            new = sched.next_requests()
+            driver.requests.extend(new)
+            driver.pending.update((r.request_id, r) for r in new)
+            _complete(driver, sorted(driver.pending, key=_completion_key)[:completions_per_tick])
+            continue
+        batches.append(batch)
+        _complete(driver, sorted(driver.pending, key=_completion_key))  # the drain
+        sched.policy_version += 1
+    return SimulationResult(batches, driver.requests, sched, driver)
+
+
+def _complete(driver: SimulatedDriver, request_ids: list) -> None:
+    for rid in request_ids:
+        req = driver.pending.pop(rid)
+        driver.scheduler.submit(rid, driver.policy.respond(req, driver.scheduler.policy_version))

@@ -40,6 +40,7 @@ def speed_config(args):
         bayes_admit_confidence=s.bayes_admit_confidence,
         seq_first=getattr(s, "seq_first", None),
         prior_key=getattr(s, "prior_key", None),
+        pace_batches=getattr(s, "pace_batches", None),
     )
 
 

@@ -190,6 +190,11 @@ def test_cell_modes_train_on_their_mix_with_the_papers_ratios(tmp_path):
     thin = bench_run.train_command("speed_thin+level", s, args, train, train, str(tmp_path / "y"))
     assert thin[thin.index("--speed.strategy") + 1] == "speed_thin" and thin[thin.index("--speed.prior_key") + 1] == "level"
     assert "--speed.prior_key" not in cmd
+    paced = bench_run.train_command("speed_keep+level+pace2", s, args, train, train, str(tmp_path / "z"))
+    assert paced[paced.index("--speed.prior_key") + 1] == "level"
+    assert paced[paced.index("--speed.pace_batches") + 1] == "2" and "--speed.pace_batches" not in cmd
+    with pytest.raises(SystemExit, match="at most one prior key and one pace"):
+        bench_run.train_command("speed+level+source", s, args, train, train, str(tmp_path / "w"))
     low = bench_run.build_parser().parse_args(["--mode", "proving-low", "--out", str(tmp_path)])
     assert bench_run._data(low, bench_run._settings(low), str(tmp_path))[0] == mixes.mix_path("low")
 

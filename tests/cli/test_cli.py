@@ -83,6 +83,17 @@ def test_speed_flag_combinations_are_named():
     assert out.returncode != 0 and "--speed.strategy dapo" in out.stderr
 
 
+def test_a_pace_reaches_the_curriculum_and_are_refused_where_nothing_screens():
+    base = ("train", "--dry_run", "--vllm.num_engines", "1", "--rollout.n_samples_per_prompt", "4",
+            "--rollout.batch_size", "4", "--train.batch_size", "16", "--speed.n_init", "2")
+    out = run(*base, "--speed.pace_batches", "2")
+    assert out.returncode == 0, out.stderr[-2000:]
+    curriculum = json.loads(out.stdout[out.stdout.index("{"):])["resources"]["curriculum"]
+    assert curriculum["pace_batches"] == 2 and curriculum["max_staleness"] == 2
+    out = run(*base, "--speed.pace_batches", "2", "--speed.strategy", "off", "--algo.kl.init_coef", "0")
+    assert out.returncode != 0 and "--speed.pace_batches" in out.stderr and "Traceback" not in out.stderr
+
+
 @pytest.mark.parametrize("other", [["--speed.feed_during_training", "on"],
                                    ["--speed.strategy", "off", "--train.async_enable"]])
 def test_a_serial_schedule_refuses_flags_that_keep_the_engines_generating_during_the_step(other):

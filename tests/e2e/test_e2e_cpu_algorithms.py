@@ -32,11 +32,14 @@ HISTORY_STRATEGIES = ["greso", "cures", "speed_bayes"]
 # speed_seq, speed_thin and speed_keep read a tag of each row (the embedded rows' `level`) through OpenRLHF's own loader.
 TAGGED = ["speed_seq", "speed_thin", "speed_keep"]
 STRATEGY_FLAGS = {s: ["--speed.prior_key", "level"] for s in TAGGED}
+# A pace (--speed.pace_batches) changes when prompts start, not what trains: SPEED's path with it.
+PACED = ["speed+pace1"]
+STRATEGY_FLAGS["speed+pace1"] = ["--speed.pace_batches", "1"]
 DEFAULT_RUN = {("grpo", "speed"), ("dapo", "dapo")}  # speed_seq's default run: tests/cli/test_e2e_train_summary.py
 
 
 def combos():
-    pairs = [(a, s) for a in ALGORITHMS for s in STRATEGIES] + [("rloo", s) for s in HISTORY_STRATEGIES + TAGGED]
+    pairs = [(a, s) for a in ALGORITHMS for s in STRATEGIES] + [("rloo", s) for s in HISTORY_STRATEGIES + TAGGED + PACED]
     for algo, strategy in pairs:
         # DEFAULT_RUN goes to `make test-extra` (CI runs it after `make test`): on a CPU without
         # native bf16 `make test` would otherwise pass 30 minutes.
@@ -46,6 +49,11 @@ def combos():
 
 @pytest.mark.parametrize("algo,strategy", list(combos()))
 def test_one_step(algo, strategy, tmp_path):
+    flags = STRATEGY_FLAGS.get(strategy, [])
+    paced = "--speed.pace_batches" in flags
+    if paced:
+        flags = [*flags, "--log.jsonl", str(tmp_path / "metrics.jsonl")]
+    strategy = strategy.split("+")[0]
     kl = "--algo.kl.init_coef" in ALGORITHMS[algo]
     cmd = [
         *openrlhf_speed_cmd(), "train",
@@ -53,7 +61,7 @@ def test_one_step(algo, strategy, tmp_path):
         "--vllm.num_engines", "1", "--vllm.enforce_eager",
         *([] if kl else ["--algo.kl.init_coef", "0"]),
         *ALGORITHMS[algo],
-        "--speed.strategy", strategy, "--speed.n_init", "2", *STRATEGY_FLAGS.get(strategy, []),
+        "--speed.strategy", strategy, "--speed.n_init", "2", *flags,
         "--rollout.batch_size", "2", "--rollout.n_samples_per_prompt", "4", "--rollout.micro_batch_size", "8",
         "--train.batch_size", "8", "--train.micro_batch_size", "4", "--train.max_steps", "1",
         "--rollout.max_new_tokens", "32", "--data.max_len", "512", "--data.max_samples", "64",
@@ -75,6 +83,9 @@ def test_one_step(algo, strategy, tmp_path):
             # speed_keep may train a group whose screening was all equal, only if the group is mixed
             screened = rewards if strategy in ("dapo", "speed_keep") else rewards[:2]
             assert 0 < sum(r >= 0.5 for r in screened) < len(screened)
+    if paced:  # the pace held the starts: its figures are in the step's metrics
+        rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+        assert any(0 < r.get("speed/pace_qualification", 0) <= 1 for r in rows)
     if strategy in HISTORY_STRATEGIES:  # each filters the first request of a visit on the band
         for rewards in batch["rewards"]:
             assert 0 < sum(r >= 0.5 for r in rewards) < len(rewards)
