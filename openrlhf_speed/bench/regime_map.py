@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from openrlhf_speed.bench import regime
+from openrlhf_speed.bench import evidence, regime
 
 ROOT = Path(__file__).resolve().parents[2]
 # (name, results folder, CPU kind): the cells of the map, each a published benchmark. A regime
@@ -155,7 +155,9 @@ def successors(report: dict, c: dict, speed_over_off: Optional[dict]) -> dict:
     and over SPEED the ratio of the two projected speedups (points: the runs are not paired)."""
     out = {}
     for name, per in (c.get("curricula") or {}).items():
-        if name in (regime.BASE, regime.FILTER, regime.OURS, "uniform"):
+        # a baseline run another way (dapo+pace2: DAPO paced) is no successor: the report gives
+        # it no speedup, and its figures are the cell's
+        if name in (regime.BASE, regime.FILTER, regime.OURS, "uniform") or not evidence.is_ours(name):
             continue
         ratios = (((report.get("headlines") or {}).get(name)) or {}).get("ratios", {})
         pick = {b: {"measured": (ratios.get(f"{name}_over_{b}") or {}).get("measured"),

@@ -248,7 +248,8 @@ def _successor_report():
     runs = {"off-r1": _run([0.3, 0.35, 0.4, 0.45, 0.5], 10.0, useful=50.0),
             "dapo-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 30.0, gen=300.0, discarded=200.0, gen_s=3.0),
             "speed-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 12.0, gen=150.0, discarded=50.0),
-            "speed_seq-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 11.0, gen=125.0, discarded=25.0)}
+            "speed_seq-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 11.0, gen=125.0, discarded=25.0),
+            "dapo+pace2-r1": _run([0.3, 0.4, 0.5, 0.5, 0.5], 25.0, gen=250.0, discarded=150.0, gen_s=2.5)}
     groups = {k: k.split("-")[0] for k in runs}
     clocks = {k: rg.aggregate.projected_clock(r["steps"], 2.0, 1.0) for k, r in runs.items()}
     c = rg.cell(runs, groups, 0.5, {"batch": 4, "n": 24}, {"ratio": 2.0, "s_per_train_token": 1.0}, clocks)
@@ -270,7 +271,8 @@ def test_a_curriculum_beyond_speed_gets_its_row_in_the_map(tmp_path):
     c = report["regime"]
     r = rm.row("cell", "avx512-nobf16", report)
     seq = r["successors"]["speed_seq"]
-    assert list(r["successors"]) == ["speed_seq"]  # off, DAPO and SPEED are the map's own columns
+    # off, DAPO and SPEED are the map's own columns; DAPO paced is a baseline run another way
+    assert list(r["successors"]) == ["speed_seq"] and "dapo+pace2" in c["curricula"]
     assert seq["over_speed_projected"] == pytest.approx(1.8 / 1.5)
     assert seq["discarded_share"] == pytest.approx(25 / 125) and c["curricula"]["speed"]["discarded_share"] == pytest.approx(1 / 3)
     assert seq["share_of_ceiling"]["projected"] == pytest.approx(1.8 / c["ceiling"]["projected"]["point"])
