@@ -2,23 +2,15 @@
 --speed.pace_batches saves on the serial schedule's simulated engine, and what it costs in
 the trained screenings' age."""
 
-import importlib.util
 import json
 
-from _util import REPO
+from _util import load_script
 
 from openrlhf_speed.bench import figures
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("pacing_sim", REPO / "scripts" / "pacing_sim.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_a_pace_within_the_bound_loses_no_group_and_generates_less(tmp_path, monkeypatch):
-    sim = _script()
+    sim = load_script("pacing_sim")
     monkeypatch.setattr(sim, "SETTINGS", {**sim.SETTINGS, "prompts": 400, "batch_prompts": 8, "n": 8,
                                           "max_inflight_prompts": 32, "steps": 20, "completions_per_tick": 8})
     monkeypatch.setattr(sim, "MIXES", {"easy": sim.MIXES["easy"]})

@@ -1,23 +1,15 @@
 """scripts/staleness_sim.py, the evidence of docs/design.md's staleness table: what each bound
 lets train and what it throws away, on the simulated engine."""
 
-import importlib.util
 import json
 
-from _util import REPO
+from _util import load_script
 
 from openrlhf_speed.bench import figures
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("staleness_sim", REPO / "scripts" / "staleness_sim.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_each_bound_trains_no_older_screening_and_only_a_bound_rescreens(tmp_path, monkeypatch):
-    sim = _script()
+    sim = load_script("staleness_sim")
     monkeypatch.setattr(sim, "SETTINGS", {**sim.SETTINGS, "prompts": 300, "batch_prompts": 8})
     assert sim.main([str(tmp_path)]) == 0
     rows = {r["bound"]: r for r in json.loads((tmp_path / "staleness.json").read_text())["rows"]}
