@@ -56,6 +56,24 @@ def test_speedup_per_level_matches_hand_interpolation():
     assert "floor" in cell["verdict"]
 
 
+def test_a_paced_curriculum_is_measured_over_each_baseline_and_over_it_paced_the_same_way():
+    runs, groups = _bench()
+    slow = [(0, 0.30), (10, 0.40), (20, 0.45), (30, 0.48), (40, 0.50), (50, 0.52)]
+    runs.update({"dapo-r1": _run(slow, 20.0), "dapo+pace2-r1": _run(slow, 15.0), "speed+pace2-r1": runs["speed-r1"]})
+    groups = {k: k.split("-")[0] for k in runs}
+    tab = lv.table(runs, groups, {}, ["speed", "speed+pace2"], baselines=("off", "dapo"), levels=(1.0,))
+    ratios = tab["levels"][0]["ratios"]
+    # the pace is the driver's: the unpaced SPEED is not measured over paced DAPO
+    assert set(ratios) == {"speed_over_off", "speed_over_dapo", "speed+pace2_over_off", "speed+pace2_over_dapo",
+                           "speed+pace2_over_dapo+pace2"}
+    # target 0.51: both DAPO runs at step 45 (900 s unpaced, 675 s paced), SPEED at step 22 (264 s)
+    assert ratios["speed+pace2_over_dapo+pace2"]["measured"]["point"] == pytest.approx(675 / 264)
+    assert ratios["speed+pace2_over_dapo"]["measured"]["point"] == pytest.approx(900 / 264)
+    rows = {k: {"curriculum": groups[k], "t": 100.0 if "pace" in k else 120.0} for k in runs}
+    assert "speed+pace2_over_dapo+pace2" in evidence.intervals(rows, "t")
+    assert "speed_over_dapo+pace2" not in evidence.intervals(rows, "t")
+
+
 def test_a_level_ours_never_reaches_gives_no_ratio():
     runs, groups = _bench()
     tab = lv.table(runs, groups, {}, ["speed"], baselines=("off",), levels=(1.8,))
