@@ -108,7 +108,7 @@ def curriculum_tails(name: str) -> tuple[str, str, int | None]:
 
 def parse_curriculum(name: str, n_init: int) -> tuple[str, int]:
     """(strategy, n_init) of a --curricula entry: 'speed' -> ('speed', preset's), 'speed@8' -> ('speed', 8);
-    a '+KEY' tail (speed_seq+level: --speed.prior_key KEY) is train_command's."""
+    '+' tails (speed_seq+level, speed+pace2) are curriculum_tails'."""
     strategy, sep, k = name.partition("@")
     if not sep:
         return name, n_init
