@@ -122,6 +122,16 @@ def group(run_summaries: dict, groups: dict) -> dict:
 BASELINES = ("off", "uniform", "dapo")
 
 
+def same_driver(ours: str, baselines=BASELINES) -> list:
+    """The baselines `ours` is measured over: each, and where ours runs paced (speed+pace2) each
+    paced the same way too (dapo+pace2). A pace is the driver's, not the curriculum's: the screen's
+    own worth is its ratio at equal pacing, and over the unpaced baseline it counts the pace too."""
+    from openrlhf_speed.bench.commands import curriculum_tails
+
+    pace = curriculum_tails(ours)[2]
+    return list(baselines) + ([f"{b}+pace{pace}" for b in baselines] if pace else [])
+
+
 def speedups(summary: dict, ours: str = "speed", baselines=BASELINES) -> tuple[dict, dict]:
     """({'ours_over_b': mean time of b / mean time of ours or None}, {same key: why None}).
     A speedup needs every run of both curricula to have reached the target. `off` (stock

@@ -113,11 +113,9 @@ def intervals(rows: dict, key: str) -> dict:
     by = {}
     for r in rows.values():
         by.setdefault(r["curriculum"], []).append(r.get(key))
-    from openrlhf_speed.bench.levels import same_driver
-
     out = {}
     for ours in (c for c in by if is_ours(c)):
-        for base in (b for b in same_driver(ours, BASELINES) if b in by):
+        for base in (b for b in aggregate.same_driver(ours, BASELINES) if b in by):
             ci = aggregate.bootstrap_ratio(by[base], by[ours])
             few = min(len(by[base]), len(by[ours]))
             if ci and few < 2:  # resampling one run gives a zero-width interval, which would read as resolved

@@ -156,22 +156,12 @@ def table(runs: dict, groups: dict, clocks: dict, ours_list: list, baselines=agg
         reached = {c: sum(1 for t in v if not isinstance(t["measured"], tuple)) / len(v) for c, v in per.items()}
         ratios = {}
         for ours in (c for c in ours_list if c in per):
-            for b in (b for b in same_driver(ours, baselines) if b in per):
+            for b in (b for b in aggregate.same_driver(ours, baselines) if b in per):
                 ratios[f"{ours}_over_{b}"] = {kind: _ratio([t.get(kind) for t in per[b]], [t.get(kind) for t in per[ours]])
                                               for kind in kinds}
         rows.append({"f": f, "target": target, "reached": reached, "ratios": ratios})
     return {"base": base, "start": anchor["start"], "base_final": anchor["final"], "base_finals": anchor["finals"],
             "headline_f": HEADLINE, "kinds": kinds, "levels": rows}
-
-
-def same_driver(ours: str, baselines=aggregate.BASELINES) -> list:
-    """The baselines `ours` is measured over: each, and where ours runs paced (speed+pace2) each
-    paced the same way too (dapo+pace2). A pace is the driver's, not the curriculum's: the screen's
-    own worth is its ratio at equal pacing, and over the unpaced baseline it counts the pace too."""
-    from openrlhf_speed.bench.commands import curriculum_tails
-
-    pace = curriculum_tails(ours)[2]
-    return list(baselines) + ([f"{b}+pace{pace}" for b in baselines] if pace else [])
 
 
 def headline(tab: Optional[dict], ours: str = "speed") -> Optional[dict]:
