@@ -52,6 +52,8 @@ STATE_FORMAT = 2
 # the starts: a memory of about 64 screenings, one generation batch of the benchmarks, in
 # which the rate drifts little (0.27-0.58 over a whole low-mix run).
 PACE_DECAY = 1.0 - 1.0 / 64
+# Its prior, [qualified, screened]: one qualified screening, so a run starts cautious (q = 1).
+PACE_PRIOR = (1.0, 1.0)
 
 
 class Scheduler:
@@ -77,9 +79,8 @@ class Scheduler:
         self._window = Window()
         self._totals: collections.Counter = collections.Counter()
         self._warnings: list[str] = []  # starvation warnings not yet taken by the driver
-        # Recent qualification for pacing: [qualified, screened], each decayed by PACE_DECAY a
-        # screening; the prior of one qualified screening starts it cautious (q = 1).
-        self._pace = [1.0, 1.0]
+        # Recent qualification for pacing: [qualified, screened], each decayed by PACE_DECAY a screening.
+        self._pace = list(PACE_PRIOR)
 
     # ---- driver API -------------------------------------------------------------------
 
@@ -416,7 +417,7 @@ class Scheduler:
             self.history.load_state_dict(d["history"])
             self._order = np.asarray(d["order"], dtype=np.int64)
             self.strategy.load_state_dict(d["strategy"])
-        self._pace = list(d.get("pace", [1.0, 1.0]))  # absent before pacing: its prior
+        self._pace = list(d.get("pace", PACE_PRIOR))  # absent before pacing: its prior
 
     def _check_compatible(self, d: dict) -> None:
         if d.get("format") not in (1, STATE_FORMAT):
