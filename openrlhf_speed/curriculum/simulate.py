@@ -141,13 +141,14 @@ def run_simulation(pass_rates: Sequence[float], config: SpeedConfig, *, seed: in
 
 
 def run_serial(pass_rates: Sequence[float], config: SpeedConfig, steps: int, *, seed: int = 0,
-               completions_per_tick: int = 8) -> SimulationResult:
+               completions_per_tick: int = 8, tags=None) -> SimulationResult:
     """`steps` batches the way the serial schedule makes them (rollout/speed_generator.py):
     each tick starts what the scheduler allows and completes `completions_per_tick` requests in
     a scrambled order until a batch pops; then the drain completes every request in flight (the
     continuations it makes wait for the next step), and the policy version moves on. A step whose
-    batch comes from groups in hand thus still starts, and finishes, a generation batch."""
-    sched = Scheduler(num_prompts=len(pass_rates), config=config)
+    batch comes from groups in hand thus still starts, and finishes, a generation batch. tags:
+    the prompts' --speed.prior_key values, for the strategies that read them."""
+    sched = Scheduler(num_prompts=len(pass_rates), config=config, tags=tags)
     policy = SimulatedPolicy(pass_rates, seed=seed)
     driver = SimulatedDriver(sched, policy, completions_per_tick)
     batches = []

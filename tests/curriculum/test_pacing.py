@@ -19,10 +19,10 @@ def _cfg(pace, strategy="speed", **kw):
     return SpeedConfig(**base)
 
 
-def _serial_run(cfg, rates, steps, per_tick=6, seed=0):
+def _serial_run(cfg, rates, steps, per_tick=6, seed=0, tags=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StarvationWarning)
-        res = run_serial(rates, cfg, steps, seed=seed, completions_per_tick=per_tick)
+        res = run_serial(rates, cfg, steps, seed=seed, completions_per_tick=per_tick, tags=tags)
     return res.scheduler, res.batches
 
 
@@ -46,6 +46,23 @@ def test_pacing_loses_fewer_groups_to_the_bound_for_the_same_batches(strategy):
         assert len(batch.groups) == 8 and all(len(g.responses) == 8 for g in batch.groups)
         assert batch.metrics["speed/staleness_screen_max"] <= 2
     assert len(paced_batches) == len(loose_batches) == 30
+
+
+def test_pacing_composes_with_a_strategy_that_screens_by_tag():
+    """speed_thin+level+pace2, as the benchmarks run it: the pace removes the easy mix's overflow,
+    while the per-tag screen still decides which prompts are screened at all."""
+    rates = _easy_mix(seed=1)
+    tags = [int(r > 0.8) for r in rates]  # two levels: the easier one qualifies less often
+    cfg = dict(strategy="speed_thin", prior_key="level")
+    loose, _ = _serial_run(_cfg(None, **cfg), rates, steps=30, tags=tags)
+    paced, batches = _serial_run(_cfg(2, **cfg), rates, steps=30, tags=tags)
+    lost = loose.totals()["prompts_rescreened_stale"]
+    assert lost >= 30
+    assert paced.totals().get("prompts_rescreened_stale", 0) <= lost / 10
+    assert paced.totals()["tokens_generated"] < 0.85 * loose.totals()["tokens_generated"]
+    assert len(batches) == 30 and all(len(b.groups) == 8 for b in batches)
+    assert "speed/pace_expected_groups" in batches[-1].metrics
+    assert any(k.endswith("thin_screened_share") for k in batches[-1].metrics)
 
 
 def test_a_shorter_pace_trains_fresher_samples():
