@@ -282,6 +282,50 @@ def resolution(interval: Optional[tuple]) -> str:
     return "not resolved"
 
 
+def censored_ratio(base: list, ours: list) -> dict:
+    """The interval cell of one speedup, baseline time / ours, from per-run times to a target
+    (None = no clock; a run that never reached it carries its whole clock as ('censored',
+    clock)). Censored baseline runs make the ratio a floor ('at_least'); censored runs of ours
+    make it a ceiling ('at_most'): their real times are later than their clocks. Censored runs
+    on both sides: no ratio. The one rule for every speedup the reports print (levels,
+    evidence, regime), so a summary and the map never disagree about a run under the target."""
+    if not base or not ours:
+        return {"verdict": "not measured (no runs)"}
+    if any(t is None or (isinstance(t, tuple) and t[1] is None) for t in base + ours):
+        return {"verdict": "not measured (a run has no clock)"}
+    censored = [t for t in base if isinstance(t, tuple)]
+    short = [t for t in ours if isinstance(t, tuple)]
+    if censored and short:
+        return {"verdict": "not measured (a run of ours and a baseline run did not reach the target)"}
+    ci = bootstrap_ratio([t[1] if isinstance(t, tuple) else t for t in base],
+                         [t[1] if isinstance(t, tuple) else t for t in ours])
+    if ci is None:
+        return {"verdict": "not measured (a time of 0 s)"}
+    cell = {"point": ci[0], "low": ci[1], "high": ci[2]}
+    if short:
+        # Only "slower" survives a ceiling: an interval above 1 says nothing about the real ratio.
+        lead = "slower" if ci[2] < 1.0 else "not resolved"
+        if min(len(base), len(ours)) < 2:
+            return {"point": ci[0], "at_most": True, "verdict": f"{lead}, a ceiling (one run of a curriculum)"}
+        return {**cell, "at_most": True,
+                "verdict": f"{lead}, a ceiling ({len(short)}/{len(ours)} runs of ours did not reach it)"}
+    if min(len(base), len(ours)) < 2:
+        return {"point": ci[0], "verdict": "not resolved (one run of a curriculum)"}
+    if censored:
+        # The censored runs' real times are later than their clocks, so every figure is a floor.
+        cell["at_least"] = True
+        lead = "faster" if ci[1] > 1.0 else "not resolved"
+        cell["verdict"] = f"{lead}, a floor ({len(censored)}/{len(base)} baseline runs did not reach it)"
+        return cell
+    cell["verdict"] = resolution(ci)
+    return cell
+
+
+def bound(ci: Optional[dict]) -> str:
+    """'>=' before a floor's figures, '<=' before a ceiling's, '' before a measured one's."""
+    return ">=" if (ci or {}).get("at_least") else "<=" if (ci or {}).get("at_most") else ""
+
+
 def cost_ratio(gen_tokens_per_step: float, train_tokens_per_step: float,
                gen_over_train: float = GEN_OVER_TRAIN) -> float:
     """Cost of a generated token / cost of a trained token such that the anchor curriculum's

@@ -26,10 +26,9 @@ figures.check rebuilds each one and compares it line for line; `openrlhf-speed f
     pacing      scripts/pacing_sim.py's simulated trade of each --speed.pace_batches (pacing.json)
 
 Every figure comes from the report's own fields (evidence.runs, runs_summary, levels), so a
-table shows what `bench --report_only` computed and nothing computed a second time here, except
-the mean of a run's last two evaluations, which is levels.final_accuracy's."""
+table shows what `bench --report_only` computed and nothing computed a second time here."""
 
-from openrlhf_speed.bench import levels, regime
+from openrlhf_speed.bench import regime
 from openrlhf_speed.curriculum.payoff import is_nan
 
 KIND_LABELS = {"measured": "measured", "projected_linear": "projected, linear",
@@ -76,7 +75,7 @@ def runs(results: dict) -> list:
         lines.append(_row([key, str(summary.get("seed", "-")),
                            _fmt(run.get("time_to_target_interp_s"), ",.0f", " s", "not reached"),
                            _fmt(run.get("steps_to_target_interp"), ".1f"),
-                           _fmt(levels.final_accuracy(results["runs"][key]["evals"]), ".3f"),
+                           _fmt(summary.get("final_accuracy_last_two"), ".3f"),
                            _fmt(summary.get("train_wall_s"), ",.0f", " s"),
                            _fmt(run.get("host_eval_tok_s"), ",.0f")]))
     return lines

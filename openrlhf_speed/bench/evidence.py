@@ -2,9 +2,10 @@
 bootstrap 95% interval of every speedup ratio ("not resolved" when it holds 1), the
 mechanism per run and a GPU projection of each run's clock (aggregate.py's pure functions).
 
-Ratios: each of `speed`, `greso`, `speed_bayes` and their N_init variants (`speed@8`; those
-run) over each of `off`, `uniform`, `dapo`, from the interpolated training clock to the target, measured on this machine and
-projected. A curriculum with a run that did not reach the target has no ratio.
+Ratios: each curriculum of ours (OURS, with its N_init variant `speed@8` or tails `+level`)
+over each of `off`, `uniform`, `dapo`, from the interpolated training clock to the target,
+measured on this machine and projected. A run that did not reach the target counts its whole
+clock: a floor on a baseline's side, a ceiling on ours (aggregate.censored_ratio).
 
 Projection, labelled as such: the tokens each run generated and trained on, priced so that
 stock OpenRLHF's (`off`'s, else uniform's) generation costs 2x its training per step (the
@@ -100,6 +101,7 @@ def per_run(runs: dict, groups: dict, target: Optional[float], responses: int, c
         steps = with_tokens(run["steps"], responses)
         t, step = aggregate.interpolate_to_target(run["evals"], target) if target is not None else (None, None)
         row = {"curriculum": groups.get(key, key), "time_to_target_interp_s": t, "steps_to_target_interp": step,
+               "measured_total_s": max((e["train_wall_s"] for e in run["evals"]), default=None),
                "host_eval_tok_s": host_speed(run["evals"]), **aggregate.mechanism(steps)}
         if key in clocks:
             clock = clocks[key]
@@ -108,23 +110,18 @@ def per_run(runs: dict, groups: dict, target: Optional[float], responses: int, c
     return rows
 
 
-def intervals(rows: dict, key: str) -> dict:
-    """{'ours_over_base': {'point', 'low', 'high', 'verdict'} or {'verdict': why}} for the time field key."""
+def intervals(rows: dict, key: str, whole: str) -> dict:
+    """{'ours_over_base': aggregate.censored_ratio's cell} for the time field key; a run under
+    the target is priced at its whole clock (the field whole), which makes the ratio a floor
+    or a ceiling as the levels' table and the regime map print it."""
     by = {}
     for r in rows.values():
-        by.setdefault(r["curriculum"], []).append(r.get(key))
+        t = r.get(key)
+        by.setdefault(r["curriculum"], []).append(t if t is not None or r.get(whole) is None else ("censored", r[whole]))
     out = {}
     for ours in (c for c in by if is_ours(c)):
         for base in (b for b in aggregate.same_driver(ours, BASELINES) if b in by):
-            ci = aggregate.bootstrap_ratio(by[base], by[ours])
-            few = min(len(by[base]), len(by[ours]))
-            if ci and few < 2:  # resampling one run gives a zero-width interval, which would read as resolved
-                out[f"{ours}_over_{base}"] = {"point": ci[0], "verdict": "not resolved (one run of a curriculum: an "
-                                              "interval needs 2 or more runs of each)"}
-                continue
-            out[f"{ours}_over_{base}"] = ({"point": ci[0], "low": ci[1], "high": ci[2],
-                                          "verdict": aggregate.resolution(ci)}
-                                         if ci else {"verdict": "not measured (a run did not reach the target)"})
+            out[f"{ours}_over_{base}"] = aggregate.censored_ratio(by[base], by[ours])
     return out
 
 
@@ -138,17 +135,18 @@ def build(runs: dict, groups: dict, target: Optional[float], settings: Optional[
     hosts = [r["host_eval_tok_s"] for r in rows.values() if r.get("host_eval_tok_s")]
     return {"runs": rows, "cost_model": model,
             "host_spread": max(hosts) / min(hosts) if hosts else None,
-            "intervals_measured": intervals(rows, "time_to_target_interp_s"),
-            "intervals_projected": intervals(rows, "projected_time_to_target_s") if model else {},
+            "intervals_measured": intervals(rows, "time_to_target_interp_s", "measured_total_s"),
+            "intervals_projected": intervals(rows, "projected_time_to_target_s", "projected_total_s") if model else {},
             "bootstrap": {"reps": aggregate.B_REPS, "seed": aggregate.B_SEED, "level": 0.95}}
 
 
 def _cell(ci: dict) -> str:
     if "point" not in ci:
         return ci["verdict"]
+    mark = aggregate.bound(ci)
     if "low" not in ci:
-        return f"{ci['point']:.2f}x, {ci['verdict']}"
-    return f"{ci['point']:.2f}x [{ci['low']:.2f}-{ci['high']:.2f}] {ci['verdict']}"
+        return f"{mark}{ci['point']:.2f}x, {ci['verdict']}"
+    return f"{mark}{ci['point']:.2f}x [{ci['low']:.2f}-{ci['high']:.2f}] {ci['verdict']}"
 
 
 def _f(x, spec: str) -> str:

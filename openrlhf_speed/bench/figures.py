@@ -64,13 +64,12 @@ def _walk(data, path):
 
 
 def _final(results: dict, curriculum: str) -> float:
-    from openrlhf_speed.bench import levels
-
-    groups = {k: v["curriculum"] for k, v in results["runs_summary"].items()}  # as the report grouped them
-    anchor = levels.base_final(results["runs"], groups, base=curriculum)
-    if anchor is None:
+    """levels.base_final's 'final' of a curriculum: the mean over its runs of each run's last two evaluations."""
+    finals = [s.get("final_accuracy_last_two", float("nan")) for s in results["runs_summary"].values()
+              if s["curriculum"] == curriculum]
+    if not finals or any(is_nan(x) for x in finals):
         raise FigureError(f"no runs of {curriculum!r} with evaluations")
-    return anchor["final"]
+    return sum(finals) / len(finals)
 
 
 def _print(value, how: str) -> str:

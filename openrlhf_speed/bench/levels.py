@@ -72,43 +72,6 @@ def level_target(anchor: dict, f: float) -> float:
     return anchor["start"] + f * (anchor["final"] - anchor["start"])
 
 
-def _ratio(base: list, ours: list) -> dict:
-    """The interval cell of one ratio from per-run times (None = no clock; a run that never
-    reached the level carries its whole clock as ('censored', clock)). Censored baseline runs
-    make the ratio a floor ('at_least'); censored runs of ours make it a ceiling ('at_most'):
-    their real times are later than their clocks. Censored runs on both sides: no ratio."""
-    if not base or not ours:
-        return {"verdict": "not measured (no runs)"}
-    if any(t is None or (isinstance(t, tuple) and t[1] is None) for t in base + ours):
-        return {"verdict": "not measured (a run has no clock)"}
-    censored = [t for t in base if isinstance(t, tuple)]
-    short = [t for t in ours if isinstance(t, tuple)]
-    if censored and short:
-        return {"verdict": "not measured (a run of ours and a baseline run did not reach the level)"}
-    ci = aggregate.bootstrap_ratio([t[1] if isinstance(t, tuple) else t for t in base],
-                                   [t[1] if isinstance(t, tuple) else t for t in ours])
-    if ci is None:
-        return {"verdict": "not measured (a time of 0 s)"}
-    cell = {"point": ci[0], "low": ci[1], "high": ci[2]}
-    if short:
-        # Only "slower" survives a ceiling: an interval above 1 says nothing about the real ratio.
-        lead = "slower" if ci[2] < 1.0 else "not resolved"
-        if min(len(base), len(ours)) < 2:
-            return {"point": ci[0], "at_most": True, "verdict": f"{lead}, a ceiling (one run of a curriculum)"}
-        return {**cell, "at_most": True,
-                "verdict": f"{lead}, a ceiling ({len(short)}/{len(ours)} runs of ours did not reach it)"}
-    if min(len(base), len(ours)) < 2:
-        return {"point": ci[0], "verdict": "not resolved (one run of a curriculum)"}
-    if censored:
-        # The censored runs' real times are later than their clocks, so every figure is a floor.
-        cell["at_least"] = True
-        lead = "faster" if ci[1] > 1.0 else "not resolved"
-        cell["verdict"] = f"{lead}, a floor ({len(censored)}/{len(base)} baseline runs did not reach it)"
-        return cell
-    cell["verdict"] = aggregate.resolution(ci)
-    return cell
-
-
 def clock_sets(runs: dict, groups: dict, responses: int, batch: int, linear: dict,
                cpu_curve: Optional[dict] = None) -> dict:
     """The GPU projections' clocks, {name: {run key: cumulative clock per step}}: per token (the
@@ -157,7 +120,7 @@ def table(runs: dict, groups: dict, clocks: dict, ours_list: list, baselines=agg
         ratios = {}
         for ours in (c for c in ours_list if c in per):
             for b in (b for b in aggregate.same_driver(ours, baselines) if b in per):
-                ratios[f"{ours}_over_{b}"] = {kind: _ratio([t.get(kind) for t in per[b]], [t.get(kind) for t in per[ours]])
+                ratios[f"{ours}_over_{b}"] = {kind: aggregate.censored_ratio([t.get(kind) for t in per[b]], [t.get(kind) for t in per[ours]])
                                               for kind in kinds}
         rows.append({"f": f, "target": target, "reached": reached, "ratios": ratios})
     return {"base": base, "start": anchor["start"], "base_final": anchor["final"], "base_finals": anchor["finals"],

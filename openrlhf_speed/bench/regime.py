@@ -126,19 +126,11 @@ def _time_at(clock: list, run: dict, target: float) -> tuple[float, bool]:
 
 
 def _ratio_cell(base: list, ours: list) -> dict:
-    """Bootstrap ratio of mean base / mean ours, from (value, reached) pairs; a floor when a
-    baseline run did not reach, not measured when one of ours did not."""
-    if not base or not ours:
-        return {"verdict": "not measured (no runs)"}
-    if not all(r for _, r in ours):
-        return {"verdict": "not measured (a run did not reach the target)"}
-    ci = aggregate.bootstrap_ratio([v for v, _ in base], [v for v, _ in ours])
-    if ci is None:
-        return {"verdict": "not measured"}
-    cell = {"point": ci[0], "low": ci[1], "high": ci[2]}
-    if not all(r for _, r in base):
-        cell["at_least"] = True
-    return cell
+    """aggregate.censored_ratio from (value, reached) pairs: a run under the target carries its
+    whole horizon (its steps or clock), a floor on the baseline's side, a ceiling on ours."""
+    def times(pairs):
+        return [v if reached else ("censored", v) for v, reached in pairs]
+    return aggregate.censored_ratio(times(base), times(ours))
 
 
 def engine_rate(run: dict) -> Optional[float]:
@@ -233,15 +225,10 @@ def format_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:
     "<=" for a ceiling; a point without one (one run of a curriculum) as 1.05x, with its verdict."""
     if not ci or "point" not in ci:
         return (ci or {}).get("verdict", "-")
-    mark = bound(ci)
+    mark = aggregate.bound(ci)
     if ci.get("low") is None or ci.get("high") is None:
         return f"{mark}{ci['point']:{spec}}{unit}, {ci.get('verdict', 'no interval')}"
     return f"{mark}{ci['point']:{spec}}{unit} [{ci['low']:{spec}}-{ci['high']:{spec}}]"
-
-
-def bound(ci: Optional[dict]) -> str:
-    """'>=' before a floor's figures, '<=' before a ceiling's, '' before a measured one's."""
-    return ">=" if (ci or {}).get("at_least") else "<=" if (ci or {}).get("at_most") else ""
 
 
 def table_ci(ci: Optional[dict], spec: str = ".2f", unit: str = "x") -> str:

@@ -118,21 +118,22 @@ def mix_of(meta: dict) -> str:
     return mixes.mix_of(meta.get("train_data") or "") or "full"
 
 
-def cell_report(meta: dict, d: dict) -> dict:
-    """The cell's report rebuilt from what it published."""
+def cell_report(meta: dict, d: dict, folder) -> dict:
+    """The cell's report rebuilt from what it published: results.json's settings and target, and
+    the runs' records from their metrics.jsonl in folder."""
     from openrlhf_speed.bench import report
 
     rule = meta.get("target_rule")
     groups = {k: v["curriculum"] for k, v in d["runs_summary"].items()}
-    return report.build_report(d["runs"], None if rule else d["target_accuracy"], d["settings"], groups=groups,
-                            rule=rule)
+    runs = report.load_runs(str(folder), d["runs_summary"])
+    return report.build_report(runs, None if rule else d["target_accuracy"], d["settings"], groups=groups, rule=rule)
 
 
 def load_cell(folder: str) -> Optional[dict]:
     """The report of a published folder; None when the folder is not published yet or not ready
     for the map (`cell_missing`)."""
     cell = read_cell(folder)
-    return None if cell is None or cell_missing(*cell) else cell_report(*cell)
+    return None if cell is None or cell_missing(*cell) else cell_report(*cell, folder)
 
 
 def row(name: str, kind: str, report: dict) -> Optional[dict]:
@@ -189,7 +190,8 @@ def fit_alpha(rows: list) -> Optional[dict]:
     for r in rows:
         sr, rho = r.get("step_ratio") or {}, r.get("rho") or {}
         se = _ln_se(sr)
-        if "point" not in sr or "point" not in rho or se is None or rho["point"] <= 1.0:
+        # A ceiling (a SPEED run under the target) bounds the step ratio from above only.
+        if "point" not in sr or "point" not in rho or se is None or rho["point"] <= 1.0 or sr.get("at_most"):
             continue
         x, y = math.log(rho["point"]), math.log(sr["point"])
         pts.append((r["cell"], x, y, se))
@@ -216,7 +218,7 @@ def step_cost(r: dict) -> Optional[float]:
     """SPEED's projected step cost over `off`'s (kappa), from the cell's projected speedup and
     step ratio: speedup = step ratio / kappa."""
     sp, sr = (r.get("speed_over_off") or {}).get("projected") or {}, r.get("step_ratio") or {}
-    if "point" not in sp or "point" not in sr or sp.get("at_most"):
+    if "point" not in sp or "point" not in sr or sp.get("at_most") or sr.get("at_most"):
         return None
     return sr["point"] / sp["point"]
 
@@ -269,7 +271,7 @@ def build(cells=CELLS, root: Path = ROOT) -> dict:
         if missing:
             waiting.append((name, missing))
             continue
-        r = row(name, kind, cell_report(*cell))
+        r = row(name, kind, cell_report(*cell, root / folder))
         if not r:
             continue
         late = {c: n for c, n in runs_short(*cell).items() if c in r["successors"]}
@@ -366,6 +368,12 @@ def _ceilings(ax, points: list, color: str) -> None:
         ax.scatter(*zip(*top), marker="v", s=70, color=color, zorder=3)
 
 
+def _yerr(points: list) -> list:
+    """Error bars of (x, cell) points; a cell of one run a curriculum has a point and no interval: no bar."""
+    return [[c["point"] - c.get("low", c["point"]) for _, c in points],
+            [c.get("high", c["point"]) - c["point"] for _, c in points]]
+
+
 def plot(m: dict, path: str) -> Optional[str]:
     def speed(r):
         return ((r["speed_over_off"] or {}).get("projected") or {}).get("point")
@@ -390,7 +398,7 @@ def plot(m: dict, path: str) -> Optional[str]:
             ok = [(x, c) for x, c in zip(xs, cis) if c and "point" in c]
             if ok:
                 ax.errorbar([x for x, _ in ok], [c["point"] for _, c in ok],
-                            yerr=[[c["point"] - c["low"] for _, c in ok], [c["high"] - c["point"] for _, c in ok]],
+                            yerr=_yerr(ok),
                             fmt=style, color=f"C{i}", capsize=3, label=f"{label}, B = {b}", alpha=1.0 if j == 0 else 0.6)
                 _ceilings(ax, ok, f"C{i}")
         beyond = [(x, name, s["over_off"]["projected"]) for x, r in pts for name, s in (r.get("successors") or {}).items()
@@ -398,7 +406,7 @@ def plot(m: dict, path: str) -> Optional[str]:
         for k, name in enumerate(sorted({name for _, name, _ in beyond})):
             mine = [(x, c) for x, n, c in beyond if n == name]
             ax.errorbar([x for x, _ in mine], [c["point"] for _, c in mine],
-                        yerr=[[c["point"] - c["low"] for _, c in mine], [c["high"] - c["point"] for _, c in mine]],
+                        yerr=_yerr(mine),
                         fmt="^:", color=f"C{i}", capsize=3, label=f"{name}, B = {b}", alpha=0.8, markersize=5 + k)
             _ceilings(ax, mine, f"C{i}")
         for x, r in pts:

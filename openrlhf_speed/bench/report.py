@@ -60,6 +60,12 @@ def load_run(path: str) -> dict:
     return {"steps": steps, "evals": evals}
 
 
+def load_runs(folder: str, keys) -> dict:
+    """{run key: load_run} of the runs of a benchmark folder, from each run's metrics.jsonl:
+    results.json holds the figures, the per-step records stay in the runs' own logs."""
+    return {key: load_run(os.path.join(folder, key, "metrics.jsonl")) for key in keys}
+
+
 def time_to_target(evals: list, target: float) -> tuple[Optional[float], Optional[int]]:
     """(train_wall_s, step) of the first evaluation reaching the target, or (None, None)."""
     for e in sorted(evals, key=lambda e: e["step"]):
@@ -104,6 +110,7 @@ def run_summary(run: dict, target: Optional[float]) -> dict:
         "start_accuracy_se": claims.binomial_se(start.get("eval_accuracy"), start.get("eval_num_samples", 0)),
         "final_accuracy": final.get("eval_accuracy", float("nan")),
         "final_accuracy_se": claims.binomial_se(final.get("eval_accuracy"), final.get("eval_num_samples", 0)),
+        "final_accuracy_last_two": levels.final_accuracy(evals),
         "best_accuracy": max((e["eval_accuracy"] for e in evals), default=float("nan")),
         "time_to_target_s": t_target,
         "steps_to_target": s_target,
@@ -378,8 +385,10 @@ def write_all(out_dir: str, runs: dict, report: dict) -> dict:
     paths = {k: os.path.join(out_dir, f) for k, f in
              (("json", "results.json"), ("csv", "results.csv"), ("md", "summary.md"), ("png", "accuracy.png"),
               ("levels_png", "speedup_levels.png"))}
+    # Without the runs' step records: each run's metrics.jsonl beside it holds them (publish
+    # copies both), and a copy here made results.json 50-100 times the size of its figures.
     with open(paths["json"], "w") as f:
-        json.dump({**report, "runs": runs}, f, indent=1, default=str)
+        json.dump(report, f, indent=1, default=str)
     write_csv(runs, paths["csv"], report)
     with open(paths["md"], "w") as f:
         f.write(table_markdown(report) + "\n")

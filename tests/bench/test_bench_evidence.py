@@ -137,8 +137,29 @@ def test_not_resolved_is_printed_when_the_interval_holds_one():
     report = rep.build_report(runs, 0.6, {"batch": 2, "n": 2}, groups={k: k.split("-")[0] for k in runs})
     assert "- speed_over_uniform: measured 1.00x [" in rep.table_markdown(report)
     assert report["evidence"]["intervals_measured"]["speed_over_uniform"]["verdict"] == "not resolved"
-    assert evidence.intervals({"a": {"curriculum": "speed", "t": None}, "b": {"curriculum": "dapo", "t": 3.0}}, "t") == {
-        "speed_over_dapo": {"verdict": "not measured (a run did not reach the target)"}}
+
+
+def test_a_run_under_the_target_bounds_the_speedup_by_its_whole_clock():
+    """SPEED's second run never reaches the target within its 12 s: its time is later than 12 s,
+    so SPEED over uniform is at most mean(9, 9) / mean(4, 12) = 1.12x, printed as a ceiling the
+    way the levels' table and the regime map print it, not left out."""
+    rows = {"u1": {"curriculum": "uniform", "t": 9.0, "whole": 20.0}, "u2": {"curriculum": "uniform", "t": 9.0, "whole": 20.0},
+            "s1": {"curriculum": "speed", "t": 4.0, "whole": 12.0}, "s2": {"curriculum": "speed", "t": None, "whole": 12.0}}
+    ci = evidence.intervals(rows, "t", "whole")["speed_over_uniform"]
+    assert ci["at_most"] is True and ci["point"] == pytest.approx(18.0 / 16.0)
+    assert ci["verdict"] == "not resolved, a ceiling (1/2 runs of ours did not reach it)"
+    # a baseline under the target: a floor; both under it: no ratio
+    rows["s2"]["t"], rows["u2"]["t"] = 4.0, None
+    floor = evidence.intervals(rows, "t", "whole")["speed_over_uniform"]
+    assert floor["at_least"] is True and floor["point"] == pytest.approx(29.0 / 8.0)
+    rows["s2"]["t"] = None
+    assert "point" not in evidence.intervals(rows, "t", "whole")["speed_over_uniform"]
+    runs = {"uniform-r1": _run([0, 10, 20], [0.4, 0.5, 0.7], 100, 100),
+            "uniform-r2": _run([0, 10, 20], [0.4, 0.5, 0.7], 100, 100),
+            "speed-r1": _run([0, 5, 10], [0.4, 0.6, 0.7], 160, 100),
+            "speed-r2": _run([0, 5, 10], [0.4, 0.5, 0.55], 160, 100)}
+    e = rep.build_report(runs, 0.6, {"batch": 2, "n": 2}, groups={k: k.split("-")[0] for k in runs})["evidence"]
+    assert "- speed_over_uniform: measured <=" in "\n".join(evidence.markdown(e))
 
 
 def test_curriculum_with_n_init_and_off_command(tmp_path):

@@ -70,8 +70,8 @@ def test_a_paced_curriculum_is_measured_over_each_baseline_and_over_it_paced_the
     assert ratios["speed+pace2_over_dapo+pace2"]["measured"]["point"] == pytest.approx(675 / 264)
     assert ratios["speed+pace2_over_dapo"]["measured"]["point"] == pytest.approx(900 / 264)
     rows = {k: {"curriculum": groups[k], "t": 100.0 if "pace" in k else 120.0} for k in runs}
-    assert "speed+pace2_over_dapo+pace2" in evidence.intervals(rows, "t")
-    assert "speed_over_dapo+pace2" not in evidence.intervals(rows, "t")
+    assert "speed+pace2_over_dapo+pace2" in evidence.intervals(rows, "t", "whole")
+    assert "speed_over_dapo+pace2" not in evidence.intervals(rows, "t", "whole")
 
 
 def test_a_level_ours_never_reaches_gives_no_ratio():
@@ -105,11 +105,11 @@ def test_a_level_only_ours_misses_is_a_ceiling_priced_at_its_whole_clock():
 
 
 def test_a_level_both_miss_and_a_run_without_a_clock_give_no_ratio():
-    assert "point" not in lv._ratio([("censored", 500.0)], [("censored", 600.0)])
-    assert "did not reach" in lv._ratio([("censored", 500.0)], [("censored", 600.0)])["verdict"]
-    assert lv._ratio([450.0, 450.0], [("censored", None), 264.0]) == {"verdict": "not measured (a run has no clock)"}
-    assert lv._ratio([], [264.0]) == {"verdict": "not measured (no runs)"}
-    one = lv._ratio([450.0], [("censored", 600.0)])
+    assert "point" not in lv.aggregate.censored_ratio([("censored", 500.0)], [("censored", 600.0)])
+    assert "did not reach" in lv.aggregate.censored_ratio([("censored", 500.0)], [("censored", 600.0)])["verdict"]
+    assert lv.aggregate.censored_ratio([450.0, 450.0], [("censored", None), 264.0]) == {"verdict": "not measured (a run has no clock)"}
+    assert lv.aggregate.censored_ratio([], [264.0]) == {"verdict": "not measured (no runs)"}
+    one = lv.aggregate.censored_ratio([450.0], [("censored", 600.0)])
     assert one == {"point": pytest.approx(0.75), "at_most": True, "verdict": "slower, a ceiling (one run of a curriculum)"}
 
 

@@ -42,7 +42,7 @@ def test_resume_keeps_finished_runs_and_restarts_the_cut_one(tmp_path, monkeypat
     assert not (tmp_path / "out" / "dapo" / "stale.txt").exists()  # the cut run started over
     assert (tmp_path / "out" / "bench.json").read_text() == meta_before  # target fixed before the first run
     results = json.load(open(tmp_path / "out" / "results.json"))
-    assert set(results["runs"]) == {"uniform", "dapo", "speed"}
+    assert set(results["runs_summary"]) == {"uniform", "dapo", "speed"}
 
 
 def test_resume_with_other_settings_is_refused(tmp_path, monkeypatch):
@@ -100,7 +100,7 @@ def test_resume_adds_curricula_and_keeps_the_target_and_measurements(tmp_path, m
     assert after["curricula"] == ["uniform", "speed", "speed@8", "greso"]
     assert after["target_rule"] == before["target_rule"] and after["settings"] == before["settings"]
     assert after["commands"] == [before["command"], after["command"]]
-    assert set(json.load(open(tmp_path / "out" / "results.json"))["runs"]) == {"uniform", "speed", "speed@8", "greso"}
+    assert set(json.load(open(tmp_path / "out" / "results.json"))["runs_summary"]) == {"uniform", "speed", "speed@8", "greso"}
 
     # Leaving a curriculum out, or changing the seeds, would mix two benchmarks: refused.
     fewer = list(first)
@@ -136,7 +136,7 @@ def test_report_only_leaves_out_a_run_still_going(tmp_path, monkeypatch, capsys)
     assert bench_run.main(["--report_only", "--out", str(tmp_path / "out")]) == 0
     assert "[bench] left out of the report, not finished: speed" in capsys.readouterr().out
     results = json.load(open(tmp_path / "out" / "results.json"))
-    assert set(results["runs"]) == {"uniform", "dapo"}
+    assert set(results["runs_summary"]) == {"uniform", "dapo"}
 
 
 def test_published_evidence_rebuilds_the_report_and_resumes_elsewhere(tmp_path, monkeypatch, capsys):
@@ -164,14 +164,15 @@ def test_published_evidence_rebuilds_the_report_and_resumes_elsewhere(tmp_path, 
     shutil.copytree(evidence, moved)
     assert bench_run.main(["--report_only", "--out", str(moved)]) == 0
     published, rebuilt = json.load(open(evidence / "results.json")), json.load(open(moved / "results.json"))
-    assert rebuilt["summary"] == published["summary"] and rebuilt["runs"] == published["runs"]
+    assert rebuilt["summary"] == published["summary"] and rebuilt["runs_summary"] == published["runs_summary"]
+    assert "runs" not in published  # the step records are the runs' own metrics.jsonl, published beside it
     trained.clear()
     monkeypatch.setattr(bench_run, "_run_logged", _fake_train(trained))
     argv = _argv(tmp_path, "--resume")
     argv[argv.index("--out") + 1] = str(moved)
     assert bench_run.main(argv) == 0
     assert trained == ["speed"]
-    assert set(json.load(open(moved / "results.json"))["runs"]) == {"uniform", "dapo", "speed"}
+    assert set(json.load(open(moved / "results.json"))["runs_summary"]) == {"uniform", "dapo", "speed"}
 
     # Published again: the older run folders are replaced, not merged, so no run outside the
     # report lingers; what is not evidence stays.
@@ -181,7 +182,7 @@ def test_published_evidence_rebuilds_the_report_and_resumes_elsewhere(tmp_path, 
     assert bench_run.main(["--report_only", "--out", str(moved), "--publish", str(evidence)]) == 0
     assert sorted(p.name for p in evidence.iterdir() if p.is_dir()) == ["dapo", "speed", "uniform"]
     assert (evidence / "NOTES.txt").read_text() == "kept" and (evidence / "summary.md").is_file()
-    assert set(json.load(open(evidence / "results.json"))["runs"]) == {"uniform", "dapo", "speed"}
+    assert set(json.load(open(evidence / "results.json"))["runs_summary"]) == {"uniform", "dapo", "speed"}
 
     # Rebuilt in place from the published folder itself: nothing is copied onto itself.
     assert bench_run.main(["--report_only", "--out", str(evidence), "--publish", str(evidence)]) == 0

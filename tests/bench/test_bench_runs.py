@@ -267,7 +267,7 @@ def test_report_only_rebuilds_a_multi_run_folder_with_its_rule(tmp_path, capsys)
     assert sorted(p.name for p in docs.iterdir() if p.is_dir()) == sorted(runs)
     assert "(rule uniform_gain:0.75: step-0 " in printed and "| uniform-r2 | uniform | 43 |" in printed
     results = json.load(open(tmp_path / "results.json"))
-    assert set(results["summary"]) == {"uniform", "speed"} and set(results["runs"]) == set(runs)
+    assert set(results["summary"]) == {"uniform", "speed"} and set(results["runs_summary"]) == set(runs)
     assert results["runs_summary"]["speed-r2"]["seed"] == 43 and results["target_mode"] == "rule"
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     assert {(r["curriculum"], r["run"]) for r in rows} == {(groups[k], k) for k in runs}

@@ -309,7 +309,7 @@ def test_a_cell_published_run_by_run_joins_the_map_when_off_dapo_and_speed_have_
     assert rm.build([("c", "cell", "kind")], tmp_path)["rows"] == []
 
     # SPEED's third run lands, speed_seq has 2: the cell is mapped, speed_seq waits for its third
-    monkeypatch.setattr(rm, "cell_report", lambda meta, d: _successor_report())
+    monkeypatch.setattr(rm, "cell_report", lambda meta, d, folder: _successor_report())
     (cell / "results.json").write_text(json.dumps(done(*three, "speed_seq-r1", "speed_seq-r2")))
     m = rm.build([("c", "cell", "kind")], tmp_path)
     assert [r["cell"] for r in m["rows"]] == ["c"] and m["pending"] == []

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 from _util import openrlhf_speed_cmd
 
+from openrlhf_speed.bench import report as rep
 from openrlhf_speed.proving import recipe
 
 pytestmark = pytest.mark.e2e_extra
@@ -37,7 +38,7 @@ def test_proving_ci_bench_builds_the_model_and_reports_every_curriculum(tmp_path
     assert 16 <= n_eval <= 32
     assert set(results["summary"]) == {"off", "uniform", "dapo", "speed"}
     for name, s in results["summary"].items():
-        run = results["runs"][name]
+        run = rep.load_run(str(out / name / "metrics.jsonl"))
         assert [e["step"] for e in run["evals"]] == [0, 1]
         assert all(0.0 <= e["eval_accuracy"] <= 1.0 and e["eval_num_samples"] == n_eval * 1 for e in run["evals"])
         assert s["steps"] == 1 and s["train_wall_s"] > 0
@@ -54,7 +55,8 @@ def test_proving_ci_bench_builds_the_model_and_reports_every_curriculum(tmp_path
     assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
     summary_md = (out / "summary.md").read_text()
     # Every evaluation sends all held-out prompts at once; its time is logged.
-    print("eval seconds:", {n: [round(e["eval_time_s"], 2) for e in r["evals"]] for n, r in results["runs"].items()})
+    runs = rep.load_runs(str(out), results["runs_summary"])
+    print("eval seconds:", {n: [round(e["eval_time_s"], 2) for e in r["evals"]] for n, r in runs.items()})
     assert "speed_over_off: measured" in summary_md and "GPU projection (a model, not a measurement)" in summary_md
     assert "speed_over_uniform" in summary_md and "the paper's claims, checked" in summary_md
     claims = {c["claim"]: c for c in results["claims"]}
