@@ -25,8 +25,8 @@ def test_the_readme_headline_figures_carry_their_source():
     keys = {key for _, key, _ in figures.MARK.findall(text)}
     # The cells' speedups are in the regime-map table (generated whole, tested in tests/bench);
     # the prose quotes the hard mix's cells at both batches, the curriculum that beats SPEED there,
-    # each batch's alpha, and the easy mix where SPEED and speed_thin lose (their ceilings, and
-    # SPEED's screen's rejections beside DAPO's).
+    # each batch's alpha, and the easy mix where SPEED and speed_thin, paced, lose (SPEED's ceiling,
+    # paced speed_thin's share of the cell's, and SPEED's screen's rejections beside DAPO's).
     for key in ("rows[cell=high-avx512-amx].speed_over_off.projected|ci", "rows[cell=high-b4].speed_over_off.projected|ci",
                 "rows[cell=high-avx512-amx].speed_over_dapo.projected|ci",
                 "rows[cell=high-avx512-amx].successors.speed_thin+level.over_off.projected|ci",
@@ -34,7 +34,8 @@ def test_the_readme_headline_figures_carry_their_source():
                 "evidence.runs[*curriculum=speed].rejected_solved_by_quarter[3]|range:.2f",
                 "evidence.runs[*curriculum=dapo].rejected_solved_by_quarter[3]|range:.2f",
                 "rows[cell=low-avx512-amx].speed_over_off.projected|ci",
-                "rows[cell=low-avx512-amx].successors.speed_thin+level.over_off.projected|ci",
+                "rows[cell=low-avx512-amx].successors.speed_thin+level+pace2.over_off.projected|ci",
+                "rows[cell=low-avx512-amx].successors.speed_thin+level+pace2.share_of_ceiling.projected|.0%",
                 "alpha_by_batch[batch=16]|ci:.2f:",
                 "alpha_by_batch[batch=4]|ci:.2f:"):
         assert key in keys, key
