@@ -117,7 +117,8 @@ def intervals(rows: dict, key: str, whole: str) -> dict:
     by = {}
     for r in rows.values():
         t = r.get(key)
-        by.setdefault(r["curriculum"], []).append(t if t is not None or r.get(whole) is None else ("censored", r[whole]))
+        censored = t is None and r.get(whole) is not None
+        by.setdefault(r["curriculum"], []).append(("censored", r[whole]) if censored else t)
     out = {}
     for ours in (c for c in by if is_ours(c)):
         for base in (b for b in aggregate.same_driver(ours, BASELINES) if b in by):

@@ -120,8 +120,9 @@ def table(runs: dict, groups: dict, clocks: dict, ours_list: list, baselines=agg
         ratios = {}
         for ours in (c for c in ours_list if c in per):
             for b in (b for b in aggregate.same_driver(ours, baselines) if b in per):
-                ratios[f"{ours}_over_{b}"] = {kind: aggregate.censored_ratio([t.get(kind) for t in per[b]], [t.get(kind) for t in per[ours]])
-                                              for kind in kinds}
+                ratios[f"{ours}_over_{b}"] = {
+                    kind: aggregate.censored_ratio([t.get(kind) for t in per[b]], [t.get(kind) for t in per[ours]])
+                    for kind in kinds}
         rows.append({"f": f, "target": target, "reached": reached, "ratios": ratios})
     return {"base": base, "start": anchor["start"], "base_final": anchor["final"], "base_finals": anchor["finals"],
             "headline_f": HEADLINE, "kinds": kinds, "levels": rows}

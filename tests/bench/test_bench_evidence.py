@@ -143,8 +143,10 @@ def test_a_run_under_the_target_bounds_the_speedup_by_its_whole_clock():
     """SPEED's second run never reaches the target within its 12 s: its time is later than 12 s,
     so SPEED over uniform is at most mean(9, 9) / mean(4, 12) = 1.12x, printed as a ceiling the
     way the levels' table and the regime map print it, not left out."""
-    rows = {"u1": {"curriculum": "uniform", "t": 9.0, "whole": 20.0}, "u2": {"curriculum": "uniform", "t": 9.0, "whole": 20.0},
-            "s1": {"curriculum": "speed", "t": 4.0, "whole": 12.0}, "s2": {"curriculum": "speed", "t": None, "whole": 12.0}}
+    rows = {"u1": {"curriculum": "uniform", "t": 9.0, "whole": 20.0},
+            "u2": {"curriculum": "uniform", "t": 9.0, "whole": 20.0},
+            "s1": {"curriculum": "speed", "t": 4.0, "whole": 12.0},
+            "s2": {"curriculum": "speed", "t": None, "whole": 12.0}}
     ci = evidence.intervals(rows, "t", "whole")["speed_over_uniform"]
     assert ci["at_most"] is True and ci["point"] == pytest.approx(18.0 / 16.0)
     assert ci["verdict"] == "not resolved, a ceiling (1/2 runs of ours did not reach it)"
