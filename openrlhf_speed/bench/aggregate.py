@@ -238,6 +238,12 @@ def interpolate_to_target(evals: list, target: float) -> tuple:
     return None, None
 
 
+def whole_clock(evals: list) -> Optional[float]:
+    """A run's whole measured clock as its evaluations read it (the last one's), the time a run
+    that never reached a target is priced at; None without evaluations."""
+    return max((e["train_wall_s"] for e in evals), default=None)
+
+
 def percentile(sorted_values: list, q: float) -> float:
     """Linear-interpolated percentile (numpy's default) of an ascending list, q in [0, 1]."""
     pos = q * (len(sorted_values) - 1)

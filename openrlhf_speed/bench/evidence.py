@@ -101,7 +101,7 @@ def per_run(runs: dict, groups: dict, target: Optional[float], responses: int, c
         steps = with_tokens(run["steps"], responses)
         t, step = aggregate.interpolate_to_target(run["evals"], target) if target is not None else (None, None)
         row = {"curriculum": groups.get(key, key), "time_to_target_interp_s": t, "steps_to_target_interp": step,
-               "measured_total_s": max((e["train_wall_s"] for e in run["evals"]), default=None),
+               "measured_total_s": aggregate.whole_clock(run["evals"]),
                "host_eval_tok_s": host_speed(run["evals"]), **aggregate.mechanism(steps)}
         if key in clocks:
             clock = clocks[key]

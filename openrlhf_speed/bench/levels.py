@@ -94,8 +94,7 @@ def _times(run: dict, target: float, clocks: dict, key: str) -> dict:
     the target gives ('censored', its whole clock) for each, so a baseline's miss becomes a floor."""
     t, step = aggregate.interpolate_to_target(run["evals"], target)
     if t is None:
-        total = max((e["train_wall_s"] for e in run["evals"]), default=None)
-        return {"measured": ("censored", total),
+        return {"measured": ("censored", aggregate.whole_clock(run["evals"])),
                 **{name: ("censored", c[key][-1]) for name, c in clocks.items() if key in c}}
     return {"measured": t, **{name: aggregate.clock_at_step(c[key], step) for name, c in clocks.items() if key in c}}
 

@@ -426,7 +426,7 @@ def main(argv=None) -> int:
             _measure_engine_and_driver(args, s, train, test, out, engine_path, driver_path)
     with open(meta_path) as f:
         meta = json.load(f)
-    runs, groups, seeds = {}, {}, {}
+    groups, seeds = {}, {}
     plan = resume.plan_of(meta)
     # Folders written since runs leave done.json: a log without it is a run still going or cut
     # short, whose missing evaluations would read as a miss.
@@ -439,8 +439,8 @@ def main(argv=None) -> int:
         if marked and not os.path.isfile(os.path.join(out, r["key"], "done.json")):
             unfinished.append(r["key"])
             continue
-        runs[r["key"]] = rep.load_run(path)
         groups[r["key"]], seeds[r["key"]] = r["curriculum"], r["seed"]
+    runs = rep.load_runs(out, groups)
     if unfinished:
         print(f"[bench] left out of the report, not finished: {', '.join(unfinished)}", flush=True)
     if not runs:
